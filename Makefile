@@ -1,0 +1,38 @@
+# listproxy — the two set-up commands are 'make run' and 'make test'.
+SHELL := /usr/bin/env bash
+GO ?= go
+OUT := _output
+BIN := $(OUT)/bin
+
+.PHONY: all build deps run test test-unit test-e2e verify bench fuzz soak clean
+
+all: build
+
+## build: compile listproxy into _output/bin
+build:
+	$(GO) build -o $(BIN)/listproxy ./cmd/listproxy
+
+## deps: build the pinned etcd, kube-apiserver and kube-controller-manager (no-op when current)
+deps:
+	hack/build-deps.sh
+
+## run: local etcd + kube-apiserver + controllers, demo data, listproxy in front
+run: deps build
+	$(GO) run ./hack/localup
+
+## test: unit tests with -race, then e2e against the real control plane
+test: deps test-unit test-e2e
+
+test-unit:
+	$(GO) test -race -count=1 ./pkg/... ./cmd/...
+
+test-e2e:
+	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 25m ./test/...
+
+verify:
+	hack/verify-gofmt.sh
+	hack/verify-govet.sh
+	hack/verify-golangci-lint.sh
+
+clean:
+	rm -rf $(OUT)
