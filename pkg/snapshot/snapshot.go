@@ -1,0 +1,190 @@
+// Package snapshot keeps per-resource, per-representation copies of the
+// apiserver's objects as immutable, copy-on-write snapshots fed by LIST+WATCH.
+//
+// Objects are stored as the exact bytes the apiserver's own LIST response
+// carries for that item (DESIGN.md, Principle 5); labels, selector field values
+// and the resourceVersion are extracted once at ingest.
+package snapshot
+
+import (
+	"strings"
+
+	"github.com/google/btree"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// btreeDegree is the fan-out of every tree. Not yet measured; 32 is the value
+// etcd's cache and google/btree's examples use.
+const btreeDegree = 32
+
+// Entry is one object in one representation. Entries are immutable once
+// inserted into a tree.
+type Entry struct {
+	// Key orders entries the way etcd orders the apiserver's keys:
+	// "namespace/name" for namespaced objects, "name" for cluster-scoped ones.
+	Key       string
+	Namespace string
+	Name      string
+	RV        uint64
+	Labels    labels.Set
+	// Fields holds the values of every field selector listproxy evaluates for
+	// this resource, including metadata.name (and metadata.namespace when
+	// namespaced).
+	Fields fields.Set
+	// Raw is the object exactly as an item of the apiserver's list response.
+	Raw []byte
+}
+
+// ObjectKey returns the ordering key of an object.
+func ObjectKey(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+func lessEntry(a, b *Entry) bool { return a.Key < b.Key }
+
+// nsCount is the number of objects in one namespace.
+type nsCount struct {
+	namespace string
+	n         int
+}
+
+func lessCount(a, b nsCount) bool { return a.namespace < b.namespace }
+
+// indexItem orders entries by an indexed field value, then by key, so that a
+// scan of one value yields objects in list order.
+type indexItem struct {
+	value string
+	entry *Entry
+}
+
+func lessIndex(a, b indexItem) bool {
+	if a.value != b.value {
+		return a.value < b.value
+	}
+	return a.entry.Key < b.entry.Key
+}
+
+// Snapshot is an immutable view of a store at one resourceVersion. It is safe
+// for concurrent use by any number of readers.
+type Snapshot struct {
+	rv      uint64
+	objects *btree.BTreeG[*Entry]
+	counts  *btree.BTreeG[nsCount]
+	index   *btree.BTreeG[indexItem] // nil when the store has no index
+	bytes   int64
+}
+
+// RV is the resourceVersion of the last change this snapshot contains.
+func (s *Snapshot) RV() uint64 { return s.rv }
+
+// Len is the number of objects.
+func (s *Snapshot) Len() int { return s.objects.Len() }
+
+// Bytes is the total size of the objects' encoded bytes.
+func (s *Snapshot) Bytes() int64 { return s.bytes }
+
+// Count returns the number of objects in namespace, or in total for "".
+func (s *Snapshot) Count(namespace string) int {
+	if namespace == "" {
+		return s.objects.Len()
+	}
+	c, _ := s.counts.Get(nsCount{namespace: namespace})
+	return c.n
+}
+
+// Get returns the entry with key.
+func (s *Snapshot) Get(key string) (*Entry, bool) {
+	return s.objects.Get(&Entry{Key: key})
+}
+
+// PageRequest selects one page of a list.
+type PageRequest struct {
+	// Namespace restricts the page to one namespace; "" lists every object.
+	Namespace string
+	// After is the key of the last object of the previous page; the page starts
+	// strictly after it. "" starts at the beginning.
+	After string
+	// Limit is the maximum number of matching objects; 0 means no limit.
+	Limit int
+	// IndexValue, when non-nil, scans only the objects whose indexed field has
+	// this value (the store must have an index).
+	IndexValue *string
+	// Match selects objects; nil selects all.
+	Match func(*Entry) bool
+	// ScanBudget bounds how many objects are examined; 0 means no bound. When
+	// it runs out the page ends early with More set, as KEP-365 allows.
+	ScanBudget int
+}
+
+// Page is one page of a list.
+type Page struct {
+	Items []*Entry
+	// More reports whether objects remain in scope after the last examined
+	// one: the apiserver then returns a continue token, even if none of them
+	// would match.
+	More bool
+	// LastKey is the key a continuation starts after: the last returned item,
+	// or the last examined one when the scan budget ran out.
+	LastKey string
+}
+
+// Page returns the objects of req in key order. It costs O(log n + examined).
+func (s *Snapshot) Page(req PageRequest) Page {
+	var page Page
+	if req.Limit > 0 {
+		page.Items = make([]*Entry, 0, min(req.Limit, 1024))
+	}
+	prefix := ""
+	if req.Namespace != "" {
+		prefix = req.Namespace + "/"
+	}
+	start := prefix
+	if req.After != "" && req.After >= start {
+		start = req.After + "\x00"
+	}
+	examined, lastExamined, budgetSpent := 0, "", false
+	visit := func(e *Entry) bool {
+		if !strings.HasPrefix(e.Key, prefix) {
+			return false
+		}
+		if req.Limit > 0 && len(page.Items) >= req.Limit {
+			page.More = true
+			return false
+		}
+		if req.ScanBudget > 0 && examined >= req.ScanBudget {
+			page.More, budgetSpent = true, true
+			return false
+		}
+		examined++
+		lastExamined = e.Key
+		if req.Match == nil || req.Match(e) {
+			page.Items = append(page.Items, e)
+			page.LastKey = e.Key
+		}
+		return true
+	}
+	if req.IndexValue != nil && s.index != nil {
+		value := *req.IndexValue
+		s.index.AscendGreaterOrEqual(indexItem{value: value, entry: &Entry{Key: start}}, func(it indexItem) bool {
+			if it.value != value {
+				return false
+			}
+			return visit(it.entry)
+		})
+	} else {
+		s.objects.AscendGreaterOrEqual(&Entry{Key: start}, visit)
+	}
+	if budgetSpent {
+		page.LastKey = lastExamined
+	}
+	return page
+}
+
+// Ascend calls fn for every object in key order until fn returns false.
+func (s *Snapshot) Ascend(fn func(*Entry) bool) {
+	s.objects.Ascend(fn)
+}

@@ -1,0 +1,341 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/btree"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"k8s.io/utils/clock"
+)
+
+// Sentinel errors returned by Store readers.
+var (
+	// ErrNotSynced: the store has not completed its first list.
+	ErrNotSynced = errors.New("snapshot store not synced")
+	// ErrNotRetained: no snapshot at the requested resourceVersion is held.
+	ErrNotRetained = errors.New("snapshot not retained")
+	// ErrStopped: the store was stopped.
+	ErrStopped = errors.New("snapshot store stopped")
+)
+
+// StoreConfig configures a Store.
+type StoreConfig struct {
+	// IndexField names an Entry.Fields key whose values are indexed ("" for
+	// none), e.g. "spec.nodeName" for pods.
+	IndexField string
+	// History is how long a superseded snapshot stays available for exact
+	// reads. 0 keeps none.
+	History time.Duration
+	// HistoryMaxBytes bounds the bytes held only by history snapshots
+	// (objects since replaced or deleted). 0 means no bound.
+	HistoryMaxBytes int64
+	// PinnedSnapshots is the size of the LRU of snapshots pinned by issued
+	// continue tokens. 0 selects 128.
+	PinnedSnapshots int
+	// Clock drives history retention; nil selects the real clock.
+	Clock clock.PassiveClock
+	// OnPublish, when set, is called (without locks held) after every
+	// published view, e.g. to update metrics.
+	OnPublish func(Stats)
+}
+
+// Stats describes the latest published view.
+type Stats struct {
+	Objects      int
+	Bytes        int64
+	HistoryDepth int
+	HistoryBytes int64
+	RV           uint64
+}
+
+// view is what readers see; it is immutable once published.
+type view struct {
+	latest *Snapshot
+	// progress is the resourceVersion up to which every change is in latest;
+	// bookmarks move it past latest.rv.
+	progress uint64
+	// history holds superseded snapshots in ascending rv order followed by
+	// latest. history[i] is the state for every rv in [history[i].rv, history[i+1].rv).
+	history []*Snapshot
+	synced  bool
+	// next is closed when a newer view is published.
+	next chan struct{}
+}
+
+// Store is one resource in one representation. One writer (the feeder)
+// applies changes; any number of readers take snapshots without locks.
+type Store struct {
+	cfg   StoreConfig
+	clock clock.PassiveClock
+	pins  *lru.Cache[uint64, *Snapshot]
+
+	current atomic.Pointer[view]
+
+	// mu serialises writers and guards the fields below.
+	mu sync.Mutex
+	// objects, counts and index are the writer's mutable trees; snapshots are
+	// clones of them.
+	objects *btree.BTreeG[*Entry]
+	counts  *btree.BTreeG[nsCount]
+	index   *btree.BTreeG[indexItem]
+	bytes   int64
+	// supersededAt[i] and freed[i] belong to current.history[i]: when it was
+	// superseded and how many object bytes only it (and older ones) hold.
+	supersededAt []time.Time
+	freed        []int64
+	historyBytes int64
+	stopped      bool
+}
+
+// NewStore returns an empty, unsynced store.
+func NewStore(cfg StoreConfig) *Store {
+	if cfg.PinnedSnapshots <= 0 {
+		cfg.PinnedSnapshots = 128
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	pins, _ := lru.New[uint64, *Snapshot](cfg.PinnedSnapshots) // error only for size <= 0
+	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins}
+	s.resetTreesLocked()
+	empty := s.snapshotLocked(0)
+	s.current.Store(&view{latest: empty, history: []*Snapshot{empty}, next: make(chan struct{})})
+	return s
+}
+
+func (s *Store) resetTreesLocked() {
+	s.objects = btree.NewG(btreeDegree, lessEntry)
+	s.counts = btree.NewG(btreeDegree, lessCount)
+	s.index = nil
+	if s.cfg.IndexField != "" {
+		s.index = btree.NewG(btreeDegree, lessIndex)
+	}
+	s.bytes = 0
+}
+
+func (s *Store) snapshotLocked(rv uint64) *Snapshot {
+	snap := &Snapshot{rv: rv, objects: s.objects.Clone(), counts: s.counts.Clone(), bytes: s.bytes}
+	if s.index != nil {
+		snap.index = s.index.Clone()
+	}
+	return snap
+}
+
+// Synced reports whether the store holds a complete list.
+func (s *Store) Synced() bool { return s.current.Load().synced }
+
+// Latest returns the newest snapshot and the resourceVersion to serve it at
+// (its progress, which bookmarks may have moved past the snapshot's own RV).
+func (s *Store) Latest() (*Snapshot, uint64, error) {
+	v := s.current.Load()
+	if !v.synced {
+		return nil, 0, ErrNotSynced
+	}
+	return v.latest, v.progress, nil
+}
+
+// WaitFor waits until the store has every change up to minRV and returns the
+// latest snapshot with the resourceVersion to serve it at (≥ minRV).
+func (s *Store) WaitFor(ctx context.Context, minRV uint64) (*Snapshot, uint64, error) {
+	for {
+		v := s.current.Load()
+		if v.synced && v.progress >= minRV {
+			return v.latest, v.progress, nil
+		}
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if stopped {
+			return nil, 0, ErrStopped
+		}
+		select {
+		case <-v.next:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+}
+
+// Progress returns the resourceVersion up to which the store has every change.
+func (s *Store) Progress() uint64 { return s.current.Load().progress }
+
+// Changed returns a channel closed when the store publishes a newer view.
+func (s *Store) Changed() <-chan struct{} { return s.current.Load().next }
+
+// At returns the snapshot holding the state at exactly rv: a pinned one, or
+// the newest retained snapshot at or before rv, provided the store has seen
+// every change up to rv.
+func (s *Store) At(rv uint64) (*Snapshot, error) {
+	if snap, ok := s.pins.Get(rv); ok {
+		return snap, nil
+	}
+	v := s.current.Load()
+	if !v.synced {
+		return nil, ErrNotSynced
+	}
+	if rv > v.progress || len(v.history) == 0 || rv < v.history[0].rv {
+		return nil, ErrNotRetained
+	}
+	// Binary search for the last snapshot with rv <= the requested one.
+	lo, hi := 0, len(v.history)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if v.history[mid].rv <= rv {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return v.history[lo-1], nil
+}
+
+// Pin keeps snap available as the state at rv for continue tokens issued at
+// rv, beyond the history window (bounded by an LRU).
+func (s *Store) Pin(rv uint64, snap *Snapshot) {
+	s.pins.Add(rv, snap)
+}
+
+// Change is one object change fed to the store.
+type Change struct {
+	Deleted bool
+	Entry   *Entry
+}
+
+// Replace installs a complete list at rv, dropping history (changes between
+// the old state and rv were not observed) and marks the store synced.
+func (s *Store) Replace(entries []*Entry, rv uint64) {
+	s.mu.Lock()
+	s.resetTreesLocked()
+	for _, e := range entries {
+		s.upsertLocked(e)
+	}
+	snap := s.snapshotLocked(rv)
+	s.supersededAt, s.freed, s.historyBytes = nil, nil, 0
+	s.publishLocked(&view{latest: snap, progress: rv, history: []*Snapshot{snap}, synced: true})
+	s.mu.Unlock()
+}
+
+// Apply applies one change at rv and publishes a new snapshot. Changes must
+// arrive in resourceVersion order.
+func (s *Store) Apply(c Change, rv uint64) {
+	s.mu.Lock()
+	old := s.current.Load()
+	var freed int64
+	if c.Deleted {
+		if prev, ok := s.deleteLocked(c.Entry.Key); ok {
+			freed = int64(len(prev.Raw))
+		}
+	} else if prev, ok := s.upsertLocked(c.Entry); ok {
+		freed = int64(len(prev.Raw))
+	}
+	snap := s.snapshotLocked(rv)
+	history := append(old.history, snap)
+	s.supersededAt = append(s.supersededAt, s.clock.Now())
+	s.freed = append(s.freed, freed)
+	s.historyBytes += freed
+	history = s.trimHistoryLocked(history)
+	s.publishLocked(&view{latest: snap, progress: max(rv, old.progress), history: history, synced: old.synced})
+	s.mu.Unlock()
+}
+
+// MarkProgress records that every change up to rv has been applied (a bookmark).
+func (s *Store) MarkProgress(rv uint64) {
+	s.mu.Lock()
+	old := s.current.Load()
+	if rv > old.progress {
+		s.publishLocked(&view{latest: old.latest, progress: rv, history: old.history, synced: old.synced})
+	}
+	s.mu.Unlock()
+}
+
+// Stop wakes every waiter with ErrStopped.
+func (s *Store) Stop() {
+	s.mu.Lock()
+	s.stopped = true
+	old := s.current.Load()
+	s.publishLocked(&view{latest: old.latest, progress: old.progress, history: old.history, synced: old.synced})
+	s.mu.Unlock()
+}
+
+// trimHistoryLocked drops superseded snapshots past the retention window or
+// the byte bound. history[len-1] is the latest and is never dropped.
+func (s *Store) trimHistoryLocked(history []*Snapshot) []*Snapshot {
+	cutoff := s.clock.Now().Add(-s.cfg.History)
+	drop := 0
+	for drop < len(s.supersededAt) {
+		tooOld := !s.supersededAt[drop].After(cutoff)
+		tooBig := s.cfg.HistoryMaxBytes > 0 && s.historyBytes > s.cfg.HistoryMaxBytes
+		if !tooOld && !tooBig {
+			break
+		}
+		s.historyBytes -= s.freed[drop]
+		drop++
+	}
+	if drop == 0 {
+		return history
+	}
+	s.supersededAt = s.supersededAt[drop:]
+	s.freed = s.freed[drop:]
+	// Copy so that dropped snapshots can be collected; readers keep their own slices.
+	return append([]*Snapshot(nil), history[drop:]...)
+}
+
+func (s *Store) publishLocked(v *view) {
+	v.next = make(chan struct{})
+	old := s.current.Swap(v)
+	close(old.next)
+	if s.cfg.OnPublish != nil {
+		stats := Stats{Objects: v.latest.Len(), Bytes: v.latest.bytes, HistoryDepth: len(v.history) - 1, HistoryBytes: s.historyBytes, RV: v.progress}
+		// OnPublish must not call back into the store; it runs under mu so
+		// that metrics follow publication order.
+		s.cfg.OnPublish(stats)
+	}
+}
+
+func (s *Store) upsertLocked(e *Entry) (*Entry, bool) {
+	prev, replaced := s.objects.ReplaceOrInsert(e)
+	if replaced {
+		s.bytes -= int64(len(prev.Raw))
+		if s.index != nil {
+			s.index.Delete(indexItem{value: prev.Fields[s.cfg.IndexField], entry: prev})
+		}
+	} else {
+		s.addCountLocked(e.Namespace, 1)
+	}
+	s.bytes += int64(len(e.Raw))
+	if s.index != nil {
+		s.index.ReplaceOrInsert(indexItem{value: e.Fields[s.cfg.IndexField], entry: e})
+	}
+	return prev, replaced
+}
+
+func (s *Store) deleteLocked(key string) (*Entry, bool) {
+	prev, ok := s.objects.Delete(&Entry{Key: key})
+	if !ok {
+		return nil, false
+	}
+	s.bytes -= int64(len(prev.Raw))
+	s.addCountLocked(prev.Namespace, -1)
+	if s.index != nil {
+		s.index.Delete(indexItem{value: prev.Fields[s.cfg.IndexField], entry: prev})
+	}
+	return prev, true
+}
+
+func (s *Store) addCountLocked(namespace string, delta int) {
+	if namespace == "" {
+		return
+	}
+	c, _ := s.counts.Get(nsCount{namespace: namespace})
+	c.namespace = namespace
+	c.n += delta
+	if c.n <= 0 {
+		s.counts.Delete(c)
+		return
+	}
+	s.counts.ReplaceOrInsert(c)
+}

@@ -1,0 +1,221 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+func entry(ns, name string, rv uint64, node string) *Entry {
+	return &Entry{
+		Key: ObjectKey(ns, name), Namespace: ns, Name: name, RV: rv,
+		Labels: labels.Set{"app": name},
+		Fields: fields.Set{"metadata.name": name, "metadata.namespace": ns, "spec.nodeName": node},
+		Raw:    []byte(fmt.Sprintf(`{"n":%q,"rv":%d}`, name, rv)),
+	}
+}
+
+func keys(p Page) []string {
+	out := []string{}
+	for _, e := range p.Items {
+		out = append(out, e.Key)
+	}
+	return out
+}
+
+func TestPage(t *testing.T) {
+	s := NewStore(StoreConfig{IndexField: "spec.nodeName"})
+	s.Replace([]*Entry{
+		entry("a", "p1", 1, "n1"), entry("a", "p2", 2, "n2"), entry("a", "p3", 3, "n1"),
+		entry("a-b", "p1", 4, "n1"), entry("b", "p1", 5, "n2"), entry("b", "p2", 6, "n1"),
+	}, 10)
+	snap, rv, err := s.Latest()
+	if err != nil || rv != 10 {
+		t.Fatalf("Latest() = rv %d, %v; want 10, nil", rv, err)
+	}
+	n1 := "n1"
+	tests := []struct {
+		name     string
+		req      PageRequest
+		want     []string
+		wantMore bool
+		wantLast string
+	}{
+		{name: "all", req: PageRequest{}, want: []string{"a-b/p1", "a/p1", "a/p2", "a/p3", "b/p1", "b/p2"}},
+		{name: "limit_leaves_more", req: PageRequest{Limit: 2}, want: []string{"a-b/p1", "a/p1"}, wantMore: true, wantLast: "a/p1"},
+		{name: "limit_exactly_at_end", req: PageRequest{Limit: 6}, want: []string{"a-b/p1", "a/p1", "a/p2", "a/p3", "b/p1", "b/p2"}, wantLast: "b/p2"},
+		{name: "after", req: PageRequest{After: "a/p2", Limit: 2}, want: []string{"a/p3", "b/p1"}, wantMore: true, wantLast: "b/p1"},
+		{name: "namespace_does_not_include_prefix_sibling", req: PageRequest{Namespace: "a"}, want: []string{"a/p1", "a/p2", "a/p3"}, wantLast: "a/p3"},
+		{name: "namespace_limit", req: PageRequest{Namespace: "a", Limit: 2}, want: []string{"a/p1", "a/p2"}, wantMore: true, wantLast: "a/p2"},
+		{name: "namespace_last_page", req: PageRequest{Namespace: "a", After: "a/p2", Limit: 1}, want: []string{"a/p3"}, wantLast: "a/p3"},
+		// As the apiserver: once limit matches are found, any further object in
+		// scope (matching or not) means a continue token.
+		{name: "selector_more_even_if_rest_does_not_match", req: PageRequest{Namespace: "a", Limit: 1, Match: func(e *Entry) bool { return e.Name == "p1" }}, want: []string{"a/p1"}, wantMore: true, wantLast: "a/p1"},
+		{name: "selector_no_limit", req: PageRequest{Match: func(e *Entry) bool { return e.Name == "p2" }}, want: []string{"a/p2", "b/p2"}, wantLast: "b/p2"},
+		{name: "index", req: PageRequest{IndexValue: &n1}, want: []string{"a-b/p1", "a/p1", "a/p3", "b/p2"}, wantLast: "b/p2"},
+		{name: "index_limit_after", req: PageRequest{IndexValue: &n1, After: "a/p1", Limit: 1}, want: []string{"a/p3"}, wantMore: true, wantLast: "a/p3"},
+		{name: "index_namespace", req: PageRequest{IndexValue: &n1, Namespace: "b"}, want: []string{"b/p2"}, wantLast: "b/p2"},
+		{name: "scan_budget_ends_page_early", req: PageRequest{Limit: 5, ScanBudget: 3, Match: func(e *Entry) bool { return e.Name == "p3" }}, want: []string{}, wantMore: true, wantLast: "a/p2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// Index scans only visit entries whose key is in the namespace
+			// prefix, which a scan starting at the prefix guarantees.
+			p := snap.Page(tc.req)
+			if diff := cmp.Diff(tc.want, keys(p)); diff != "" {
+				t.Errorf("items (-want +got):\n%s", diff)
+			}
+			if p.More != tc.wantMore {
+				t.Errorf("More = %v, want %v", p.More, tc.wantMore)
+			}
+			if tc.wantLast != "" && p.LastKey != tc.wantLast {
+				t.Errorf("LastKey = %q, want %q", p.LastKey, tc.wantLast)
+			}
+		})
+	}
+	if got := snap.Count("a"); got != 3 {
+		t.Errorf("Count(a) = %d, want 3", got)
+	}
+	if got := snap.Count(""); got != 6 {
+		t.Errorf("Count() = %d, want 6", got)
+	}
+}
+
+func TestSnapshotsAreImmutable(t *testing.T) {
+	s := NewStore(StoreConfig{History: time.Hour, IndexField: "spec.nodeName"})
+	s.Replace([]*Entry{entry("a", "p1", 1, "n1")}, 5)
+	before, _, _ := s.Latest()
+	s.Apply(Change{Entry: entry("a", "p2", 6, "n1")}, 6)
+	s.Apply(Change{Entry: entry("a", "p1", 7, "n2")}, 7)
+	s.Apply(Change{Deleted: true, Entry: entry("a", "p2", 8, "")}, 8)
+
+	if diff := cmp.Diff([]string{"a/p1"}, keys(before.Page(PageRequest{}))); diff != "" {
+		t.Errorf("old snapshot changed (-want +got):\n%s", diff)
+	}
+	if e, _ := before.Get("a/p1"); e.RV != 1 {
+		t.Errorf("old snapshot sees RV %d of a/p1, want 1", e.RV)
+	}
+	after, rv, _ := s.Latest()
+	if rv != 8 || after.Len() != 1 || after.Count("a") != 1 {
+		t.Errorf("latest: rv %d len %d count %d; want 8 1 1", rv, after.Len(), after.Count("a"))
+	}
+	n2 := "n2"
+	if got := keys(after.Page(PageRequest{IndexValue: &n2})); len(got) != 1 {
+		t.Errorf("index after update = %v, want [a/p1]", got)
+	}
+}
+
+func TestAtExactResourceVersion(t *testing.T) {
+	s := NewStore(StoreConfig{History: time.Hour})
+	s.Replace([]*Entry{entry("a", "p1", 1, "")}, 10)
+	s.Apply(Change{Entry: entry("a", "p2", 12, "")}, 12)
+	s.Apply(Change{Entry: entry("a", "p3", 15, "")}, 15)
+	s.MarkProgress(20)
+
+	tests := []struct {
+		rv      uint64
+		want    []string
+		wantErr error
+	}{
+		{rv: 9, wantErr: ErrNotRetained}, // before the list: unknown
+		{rv: 10, want: []string{"a/p1"}},
+		{rv: 11, want: []string{"a/p1"}},
+		{rv: 12, want: []string{"a/p1", "a/p2"}},
+		{rv: 14, want: []string{"a/p1", "a/p2"}},
+		{rv: 15, want: []string{"a/p1", "a/p2", "a/p3"}},
+		{rv: 20, want: []string{"a/p1", "a/p2", "a/p3"}}, // bookmark proved no change
+		{rv: 21, wantErr: ErrNotRetained},                // not seen yet
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint("rv_", tc.rv), func(t *testing.T) {
+			snap, err := s.At(tc.rv)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("At(%d) error = %v, want %v", tc.rv, err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if diff := cmp.Diff(tc.want, keys(snap.Page(PageRequest{}))); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHistoryRetention(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	s := NewStore(StoreConfig{History: 10 * time.Second, Clock: clk})
+	s.Replace(nil, 10)
+	s.Apply(Change{Entry: entry("a", "p1", 11, "")}, 11)
+	clk.SetTime(clk.Now().Add(20 * time.Second))
+	s.Apply(Change{Entry: entry("a", "p2", 12, "")}, 12)
+	// The snapshot at 10 was superseded 20s ago: dropped. The one at 11 was
+	// superseded just now: kept.
+	if _, err := s.At(10); !errors.Is(err, ErrNotRetained) {
+		t.Errorf("At(10) error = %v, want ErrNotRetained", err)
+	}
+	if _, err := s.At(11); err != nil {
+		t.Errorf("At(11) error = %v, want nil", err)
+	}
+
+	// A pinned snapshot survives retention.
+	snap11, _ := s.At(11)
+	s.Pin(11, snap11)
+	clk.SetTime(clk.Now().Add(time.Minute))
+	s.Apply(Change{Entry: entry("a", "p3", 13, "")}, 13)
+	if got, err := s.At(11); err != nil || got != snap11 {
+		t.Errorf("At(11) after pin = %p, %v; want the pinned snapshot", got, err)
+	}
+}
+
+func TestHistoryByteBound(t *testing.T) {
+	s := NewStore(StoreConfig{History: time.Hour, HistoryMaxBytes: 30})
+	s.Replace([]*Entry{entry("a", "p1", 1, "")}, 10)
+	for rv := uint64(11); rv < 20; rv++ {
+		s.Apply(Change{Entry: entry("a", "p1", rv, "")}, rv) // each replaces ~20 bytes
+	}
+	if _, err := s.At(15); !errors.Is(err, ErrNotRetained) {
+		t.Errorf("At(15) error = %v, want ErrNotRetained (history over its byte bound)", err)
+	}
+	if _, err := s.At(18); err != nil {
+		t.Errorf("At(18) error = %v, want nil", err)
+	}
+}
+
+func TestWaitFor(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan uint64)
+	go func() {
+		_, rv, err := s.WaitFor(ctx, 12)
+		if err != nil {
+			t.Errorf("WaitFor: %v", err)
+		}
+		done <- rv
+	}()
+	s.Replace(nil, 10)
+	s.Apply(Change{Entry: entry("a", "p1", 11, "")}, 11)
+	select {
+	case rv := <-done:
+		t.Fatalf("WaitFor returned at rv %d before progress reached 12", rv)
+	default:
+	}
+	s.MarkProgress(13)
+	if rv := <-done; rv != 13 {
+		t.Errorf("WaitFor served rv %d, want 13", rv)
+	}
+
+	cctx, ccancel := context.WithCancel(context.Background())
+	ccancel()
+	if _, _, err := s.WaitFor(cctx, 100); !errors.Is(err, context.Canceled) {
+		t.Errorf("WaitFor on cancelled ctx = %v, want context.Canceled", err)
+	}
+}
