@@ -113,6 +113,11 @@ type PageRequest struct {
 	// IndexValue, when non-nil, scans only the objects whose indexed field has
 	// this value (the store must have an index).
 	IndexValue *string
+	// MoreInIndex decides what More means for an index scan that filled the
+	// page: true, whether another object with the indexed value follows (the
+	// apiserver's first page from its index); false, whether any object in
+	// scope follows (its continuation pages and exact reads, which scan).
+	MoreInIndex bool
 	// Match selects objects; nil selects all.
 	Match func(*Entry) bool
 	// ScanBudget bounds how many objects are examined; 0 means no bound. When
@@ -175,6 +180,9 @@ func (s *Snapshot) Page(req PageRequest) Page {
 			}
 			return visit(it.entry)
 		})
+		if req.Limit > 0 && len(page.Items) == req.Limit && !req.MoreInIndex && !budgetSpent {
+			page.More = s.hasAfter(prefix, page.LastKey)
+		}
 	} else {
 		s.objects.AscendGreaterOrEqual(&Entry{Key: start}, visit)
 	}
@@ -182,6 +190,16 @@ func (s *Snapshot) Page(req PageRequest) Page {
 		page.LastKey = lastExamined
 	}
 	return page
+}
+
+// hasAfter reports whether an object with prefix follows key.
+func (s *Snapshot) hasAfter(prefix, key string) bool {
+	found := false
+	s.objects.AscendGreaterOrEqual(&Entry{Key: key + "\x00"}, func(e *Entry) bool {
+		found = strings.HasPrefix(e.Key, prefix)
+		return false
+	})
+	return found
 }
 
 // Ascend calls fn for every object in key order until fn returns false.

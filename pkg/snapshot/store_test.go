@@ -61,6 +61,12 @@ func TestPage(t *testing.T) {
 		{name: "selector_no_limit", req: PageRequest{Match: func(e *Entry) bool { return e.Name == "p2" }}, want: []string{"a/p2", "b/p2"}, wantLast: "b/p2"},
 		{name: "index", req: PageRequest{IndexValue: &n1}, want: []string{"a-b/p1", "a/p1", "a/p3", "b/p2"}, wantLast: "b/p2"},
 		{name: "index_limit_after", req: PageRequest{IndexValue: &n1, After: "a/p1", Limit: 1}, want: []string{"a/p3"}, wantMore: true, wantLast: "a/p3"},
+		// b/p2 is the last n1 object but not the last object in scope.
+		{name: "index_more_in_index_ends_with_index", req: PageRequest{IndexValue: &n1, MoreInIndex: true, Namespace: "a", Limit: 2}, want: []string{"a/p1", "a/p3"}, wantLast: "a/p3"},
+		{name: "index_more_in_scope", req: PageRequest{IndexValue: &n1, After: "a/p1", Limit: 3}, want: []string{"a/p3", "b/p2"}, wantLast: "b/p2"},
+		{name: "index_filled_page_more_in_scope", req: PageRequest{IndexValue: &n1, Namespace: "a", Limit: 1}, want: []string{"a/p1"}, wantMore: true, wantLast: "a/p1"},
+		{name: "index_filled_at_last_match_more_in_scope", req: PageRequest{IndexValue: &n1, Limit: 3, After: "a-b/p1"}, want: []string{"a/p1", "a/p3", "b/p2"}, wantLast: "b/p2"},
+		{name: "index_filled_at_last_match_more_in_index", req: PageRequest{IndexValue: &n1, MoreInIndex: true, Limit: 2, After: "a/p1"}, want: []string{"a/p3", "b/p2"}, wantLast: "b/p2"},
 		{name: "index_namespace", req: PageRequest{IndexValue: &n1, Namespace: "b"}, want: []string{"b/p2"}, wantLast: "b/p2"},
 		{name: "scan_budget_ends_page_early", req: PageRequest{Limit: 5, ScanBudget: 3, Match: func(e *Entry) bool { return e.Name == "p3" }}, want: []string{}, wantMore: true, wantLast: "a/p2"},
 	}

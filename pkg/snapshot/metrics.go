@@ -1,0 +1,82 @@
+package snapshot
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the snapshot stores' Prometheus metrics, labelled by resource
+// (group/resource) and format (representation).
+type Metrics struct {
+	objects       *prometheus.GaugeVec
+	bytes         *prometheus.GaugeVec
+	historyDepth  *prometheus.GaugeVec
+	historyBytes  *prometheus.GaugeVec
+	rv            *prometheus.GaugeVec
+	relists       *prometheus.CounterVec
+	watchRestarts *prometheus.CounterVec
+}
+
+// NewMetrics registers the store metrics with reg.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	labels := []string{"resource", "format"}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: name, Help: help}, labels)
+	}
+	m := &Metrics{
+		objects:      gauge("objects", "Objects in the latest snapshot."),
+		bytes:        gauge("bytes", "Encoded bytes of the objects in the latest snapshot."),
+		historyDepth: gauge("history_depth", "Superseded snapshots retained for exact and continued reads."),
+		historyBytes: gauge("history_bytes", "Encoded bytes held only by retained history snapshots."),
+		rv:           gauge("resource_version", "resourceVersion up to which the store has every change."),
+		relists: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "relists_total",
+			Help: "Complete lists that (re)filled a store."}, labels),
+		watchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "watch_restarts_total",
+			Help: "Watches that ended and were re-established, by reason (closed, error, gone)."}, append(labels, "reason")),
+	}
+	for _, c := range []prometheus.Collector{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.rv, m.relists, m.watchRestarts} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register snapshot metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// StoreObservers are the hooks one store and its feeder report through.
+type StoreObservers struct {
+	OnPublish      func(Stats)
+	OnRelist       func()
+	OnWatchRestart func(reason string)
+}
+
+// For returns the observers of one store; a nil *Metrics observes nothing.
+func (m *Metrics) For(resource, format string) StoreObservers {
+	if m == nil {
+		return StoreObservers{}
+	}
+	objects, bytes := m.objects.WithLabelValues(resource, format), m.bytes.WithLabelValues(resource, format)
+	depth, hbytes := m.historyDepth.WithLabelValues(resource, format), m.historyBytes.WithLabelValues(resource, format)
+	rv, relists := m.rv.WithLabelValues(resource, format), m.relists.WithLabelValues(resource, format)
+	return StoreObservers{
+		OnPublish: func(s Stats) {
+			objects.Set(float64(s.Objects))
+			bytes.Set(float64(s.Bytes))
+			depth.Set(float64(s.HistoryDepth))
+			hbytes.Set(float64(s.HistoryBytes))
+			rv.Set(float64(s.RV))
+		},
+		OnRelist:       relists.Inc,
+		OnWatchRestart: func(reason string) { m.watchRestarts.WithLabelValues(resource, format, reason).Inc() },
+	}
+}
+
+// Forget removes a dropped store's series.
+func (m *Metrics) Forget(resource, format string) {
+	if m == nil {
+		return
+	}
+	for _, v := range []*prometheus.GaugeVec{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.rv} {
+		v.DeleteLabelValues(resource, format)
+	}
+}
