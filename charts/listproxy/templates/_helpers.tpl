@@ -1,0 +1,81 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "listproxy.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name, used for every object the chart creates. */}}
+{{- define "listproxy.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "listproxy.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "listproxy.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "listproxy.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "listproxy.labels" -}}
+helm.sh/chart: {{ include "listproxy.chart" . }}
+{{ include "listproxy.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "listproxy.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "listproxy.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "listproxy.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the Secret holding the continue-token keys file (key "keys"). */}}
+{{- define "listproxy.continueTokenKeysSecretName" -}}
+{{- default (printf "%s-continue-token-keys" (include "listproxy.fullname" .)) .Values.continueTokenKeys.existingSecret }}
+{{- end }}
+
+{{/*
+RBAC rules granting list and watch on the cached resources: everything for
+"*", else one rule per API group over exactly the listed resources.
+Entries are RESOURCE (core group) or RESOURCE.GROUP.
+*/}}
+{{- define "listproxy.cacheRules" -}}
+{{- $resources := .Values.cache.resources }}
+{{- if has "*" $resources }}
+- apiGroups: ["*"]
+  resources: ["*"]
+  verbs: ["list", "watch"]
+{{- else }}
+{{- $byGroup := dict }}
+{{- range $resources }}
+{{- $parts := splitn "." 2 . }}
+{{- $group := default "" $parts._1 }}
+{{- $_ := set $byGroup $group (append (get $byGroup $group | default list) $parts._0) }}
+{{- end }}
+{{- range $group := keys $byGroup | sortAlpha }}
+- apiGroups: [{{ $group | quote }}]
+  resources: {{ get $byGroup $group | uniq | sortAlpha | toJson }}
+  verbs: ["list", "watch"]
+{{- end }}
+{{- end }}
+{{- end }}
