@@ -32,7 +32,9 @@ func addGoldenSeeds(f *testing.F, match func(name string) bool, add func(b []byt
 // FuzzDecodeList checks DecodeList never panics, and that whatever it
 // accepts survives WriteList and a second DecodeList unchanged.
 func FuzzDecodeList(f *testing.F) {
-	addGoldenSeeds(f, func(n string) bool { return !strings.HasPrefix(n, "watch-") && !strings.HasSuffix(n, ".txt") && !strings.HasSuffix(n, ".md") },
+	addGoldenSeeds(f, func(n string) bool {
+		return !strings.HasPrefix(n, "watch-") && !strings.HasSuffix(n, ".txt") && !strings.HasSuffix(n, ".md")
+	},
 		func(b []byte, format Format) { f.Add(b, uint8(format)) })
 	f.Fuzz(func(t *testing.T, body []byte, format uint8) {
 		fm := Format(format % 4)
@@ -72,7 +74,7 @@ func FuzzDecodeList(f *testing.F) {
 
 func drainWatch(t *testing.T, fm Format, body []byte, opts WatchOptions) {
 	d := NewWatchDecoder(fm, io.NopCloser(bytes.NewReader(body)), opts)
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	for range len(body) + 1 {
 		ev, err := d.Next()
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -210,12 +211,12 @@ type gotEvent struct {
 func readEvents(t *testing.T, f Format, body []byte, opts WatchOptions, r func(io.Reader) io.Reader) ([]Event, []gotEvent) {
 	t.Helper()
 	d := NewWatchDecoder(f, io.NopCloser(r(bytes.NewReader(body))), opts)
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	var evs []Event
 	var got []gotEvent
 	for {
 		ev, err := d.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -142,19 +142,73 @@ func (s *valueScanner) scan(b []byte) (int, bool, error) {
 func (s *valueScanner) endsAtEOF() bool { return s.state == stScalar && len(s.stack) == 0 }
 
 // valueEnd returns the index just past the JSON value that starts at b[i]
-// (b[i] must not be whitespace).
+// (b[i] must not be whitespace). It is the in-memory twin of valueScanner,
+// written out so that it does not allocate.
 func valueEnd(b []byte, i int) (int, error) {
-	var s valueScanner
-	var stack [16]byte
-	s.stack = stack[:0]
-	n, done, err := s.scan(b[i:])
-	if err != nil {
-		return 0, err
+	c := b[i]
+	switch {
+	case c == '"':
+		return stringEnd(b, i+1)
+	case isScalarByte(c):
+		for i < len(b) && isScalarByte(b[i]) {
+			i++
+		}
+		return i, nil
+	case c != '{' && c != '[':
+		return 0, malformed("unexpected byte %q at start of value", c)
 	}
-	if !done && !s.endsAtEOF() {
-		return 0, malformed("unexpected end of JSON value")
+	var buf [64]byte
+	stack := buf[:0]
+	for i < len(b) {
+		c := b[i]
+		switch {
+		case c == '"':
+			j, err := stringEnd(b, i+1)
+			if err != nil {
+				return 0, err
+			}
+			i = j
+			continue
+		case c == '{' || c == '[':
+			if len(stack) >= maxDepth {
+				return 0, malformed("nesting deeper than %d", maxDepth)
+			}
+			stack = append(stack, c)
+		case c == '}' || c == ']':
+			open := byte('{')
+			if c == ']' {
+				open = '['
+			}
+			if len(stack) == 0 || stack[len(stack)-1] != open {
+				return 0, malformed("mismatched %q", c)
+			}
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return i + 1, nil
+			}
+		case c == ',' || c == ':' || isSpace(c) || isScalarByte(c):
+		default:
+			return 0, malformed("unexpected byte %q", c)
+		}
+		i++
 	}
-	return i + n, nil
+	return 0, malformed("unexpected end of JSON value")
+}
+
+// stringEnd returns the index just past the closing quote of the JSON string
+// whose contents start at b[i].
+func stringEnd(b []byte, i int) (int, error) {
+	for i < len(b) {
+		switch b[i] {
+		case '"':
+			return i + 1, nil
+		case '\\':
+			i += 2
+		default:
+			i++
+		}
+	}
+	return 0, malformed("unterminated JSON string")
 }
 
 func skipSpace(b []byte, i int) int {
@@ -336,8 +390,8 @@ func (s *jsonStream) expect(c byte) error {
 	return nil
 }
 
-// readValue returns the next JSON value. The bytes are valid until the next
-// call on s.
+// readValue returns the next JSON value. The bytes alias the buffer and are
+// valid only until the next call on s (any call may slide the buffer).
 func (s *jsonStream) readValue() ([]byte, error) {
 	if _, err := s.peek(); err != nil {
 		return nil, unexpectedEOF(err)

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -143,6 +144,8 @@ func (d *WatchDecoder) nextJSON() (Event, error) {
 		if err != nil {
 			return Event{}, err
 		}
+		// Classify the key now: reading the value may move the buffer.
+		isType, isObject := keyIs(rawKey, "type"), keyIs(rawKey, "object")
 		if err := s.expect(':'); err != nil {
 			return Event{}, err
 		}
@@ -151,13 +154,13 @@ func (d *WatchDecoder) nextJSON() (Event, error) {
 			return Event{}, err
 		}
 		switch {
-		case keyIs(rawKey, "type"):
+		case isType:
 			t, err := decodeString(v)
 			if err != nil {
 				return Event{}, fmt.Errorf("watch event type: %w", err)
 			}
 			ev.Type = EventType(t)
-		case keyIs(rawKey, "object"):
+		case isObject:
 			if v[0] != '{' {
 				return Event{}, malformed("watch event object is not a JSON object")
 			}
@@ -259,7 +262,7 @@ func (d *WatchDecoder) nextProto() (Event, error) {
 // frame.
 func parseProtoWatchEvent(frame []byte) (Event, error) {
 	var ev Event
-	if len(frame) >= len(protoPrefix) && string(frame[:len(protoPrefix)]) == string(protoPrefix) {
+	if bytes.HasPrefix(frame, protoPrefix) {
 		u, err := parseUnknown(frame)
 		if err != nil {
 			return ev, err

@@ -176,8 +176,8 @@ func TestWriteList(t *testing.T) {
 	}
 }
 
-// TestWriteListProtobufLargeCount covers multi-byte varints for lengths and
-// remainingItemCount against the compiled-in encoder's ListMeta.
+// TestWriteListProtobufListMeta compares the hand-written ListMeta encoding,
+// including multi-byte varints, with the generated marshaler.
 func TestWriteListProtobufListMeta(t *testing.T) {
 	for _, lm := range []ListMeta{{}, {ResourceVersion: "1", Continue: strings.Repeat("c", 300), RemainingItemCount: ptr[int64](1 << 40)}} {
 		want, err := (&metav1.ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount}).Marshal()
@@ -260,7 +260,7 @@ func TestWatchDecoderJSON(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := NewWatchDecoder(JSON, io.NopCloser(strings.NewReader(tc.body)), tc.opts)
-			defer d.Close()
+			defer func() { _ = d.Close() }()
 			var got []Event
 			var err error
 			for {
@@ -271,14 +271,14 @@ func TestWatchDecoderJSON(t *testing.T) {
 				}
 				got = append(got, ev)
 			}
-			if tc.wantErr == nil && err != io.EOF {
+			if tc.wantErr == nil && !errors.Is(err, io.EOF) {
 				t.Fatalf("err = %v, want io.EOF", err)
 			}
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)
 				}
-				if _, again := d.Next(); again != err {
+				if _, again := d.Next(); !errors.Is(again, err) {
 					t.Errorf("error not sticky: %v then %v", err, again)
 				}
 				return
@@ -308,8 +308,7 @@ func TestWatchDecoderProtobuf(t *testing.T) {
 		t.Fatal(err)
 	}
 	errFrame := frameOf(protoFrame("ERROR", "v1", "Status", status))
-	// A frame wrapped in an Unknown, as the brief once described it, is
-	// accepted too.
+	// A frame wrapped in an Unknown (not what v1.36 sends) is accepted too.
 	_, added := protoFrame("ADDED", "v1", "Pod", podWithRV("7"))
 	wrapped := appendUnknown(nil, "v1", "WatchEvent", added, "")
 	wrappedFrame := append(binary.BigEndian.AppendUint32(nil, uint32(len(wrapped))), wrapped...)
@@ -335,7 +334,7 @@ func TestWatchDecoderProtobuf(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d := NewWatchDecoder(Protobuf, io.NopCloser(bytes.NewReader(tc.body)), WatchOptions{})
-			defer d.Close()
+			defer func() { _ = d.Close() }()
 			var got []Event
 			var err error
 			for {
@@ -346,7 +345,7 @@ func TestWatchDecoderProtobuf(t *testing.T) {
 				got = append(got, ev)
 			}
 			if tc.wantErr == nil {
-				if err != io.EOF {
+				if !errors.Is(err, io.EOF) {
 					t.Fatalf("err = %v, want io.EOF", err)
 				}
 			} else if !errors.Is(err, tc.wantErr) {
