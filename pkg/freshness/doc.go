@@ -1,0 +1,23 @@
+// Package freshness proves, with etcd, how fresh an apiserver-fed snapshot
+// must be to answer a consistent LIST (resourceVersion unset) as the
+// apiserver would: linearizably.
+//
+// The protocol mirrors the watch cache's consistent reads (KEP-2340,
+// https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/2340-Consistent-reads-from-cache):
+//
+//  1. Checker.CurrentRevision reads etcd's current revision E with a
+//     linearizable read. Concurrent callers share a probe, but only one that
+//     started after they arrived.
+//  2. A Tracker watches the resource's key prefix and, while someone waits,
+//     has the Checker send RequestProgress (at most once per
+//     Config.ProgressInterval) until its watch has reported progress >= E.
+//     Tracker.LastChangeAtOrBefore then returns L, the last revision <= E at
+//     which anything under the prefix changed.
+//  3. The caller waits until its snapshot's resourceVersion is >= L and
+//     serves it with resourceVersion max(snapshot RV, E).
+//
+// The package also tracks etcd's compacted revision (CompactedRevision),
+// counts keys under a prefix at a revision (Count, to verify a prefix
+// against a snapshot) and knows where kube-apiserver stores each resource
+// (DefaultPrefix). It imports no other listproxy package.
+package freshness

@@ -1,0 +1,127 @@
+package freshness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// etcdBinary is the etcd the integration tests run (make deps builds it).
+var etcdBinary = func() string {
+	if p := os.Getenv("LISTPROXY_ETCD"); p != "" {
+		return p
+	}
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "_output", "bin", "etcd")
+}()
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// lockedBuffer collects etcd's output for failure reports.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startEtcd runs a single-member etcd in t.TempDir() on free loopback ports
+// and returns a client for it; both are torn down when the test ends. It
+// skips the test in -short mode or when the etcd binary is missing.
+func startEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs etcd")
+	}
+	if _, err := os.Stat(etcdBinary); err != nil {
+		t.Skipf("etcd binary not available (run make deps or set LISTPROXY_ETCD): %v", err)
+	}
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	out := &lockedBuffer{}
+	cmd := exec.Command(etcdBinary,
+		"--name", "default",
+		"--data-dir", filepath.Join(t.TempDir(), "etcd"),
+		"--listen-client-urls", clientURL,
+		"--advertise-client-urls", clientURL,
+		"--listen-peer-urls", peerURL,
+		"--initial-advertise-peer-urls", peerURL,
+		"--initial-cluster", "default="+peerURL,
+		"--unsafe-no-fsync",
+		"--log-level", "warn",
+	)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{clientURL},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := client.Get(ctx, "health")
+		cancel()
+		if err == nil {
+			return client
+		}
+		select {
+		case <-exited:
+			t.Fatalf("etcd exited: %s", out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd not ready: %v\n%s", err, out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

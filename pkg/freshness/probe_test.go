@@ -1,0 +1,245 @@
+package freshness
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fakeProbe is a probe function the test drives: each call announces itself
+// on started and returns the next value sent on results, or ctx.Err() (after
+// announcing on cancelled) if its context ends first.
+type fakeProbe struct {
+	n         atomic.Int64
+	started   chan int64
+	cancelled chan int64
+	results   chan probeResult
+}
+
+type probeResult struct {
+	rev int64
+	err error
+}
+
+func newFakeProbe() *fakeProbe {
+	return &fakeProbe{
+		started:   make(chan int64, 16),
+		cancelled: make(chan int64, 16),
+		results:   make(chan probeResult),
+	}
+}
+
+func (f *fakeProbe) probe(ctx context.Context) (int64, error) {
+	n := f.n.Add(1)
+	f.started <- n
+	select {
+	case r := <-f.results:
+		return r.rev, r.err
+	case <-ctx.Done():
+		f.cancelled <- n
+		return 0, ctx.Err()
+	}
+}
+
+// probeHarness is a Checker with a fake probe and a signal for each caller
+// that joined a probe.
+type probeHarness struct {
+	c      *Checker
+	probe  *fakeProbe
+	joined chan struct{}
+	reg    *prometheus.Registry
+}
+
+func newProbeHarness(t *testing.T) *probeHarness {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	h := &probeHarness{
+		c:      newChecker(Config{Registerer: reg}),
+		probe:  newFakeProbe(),
+		joined: make(chan struct{}, 16),
+		reg:    reg,
+	}
+	h.c.probe = h.probe.probe
+	h.c.testHookJoined = func() { h.joined <- struct{}{} }
+	return h
+}
+
+// call runs CurrentRevision in a goroutine, returns its result channel and
+// waits until the caller has joined a probe.
+func (h *probeHarness) call(t *testing.T, ctx context.Context) <-chan probeResult {
+	t.Helper()
+	out := make(chan probeResult, 1)
+	go func() {
+		rev, err := h.c.CurrentRevision(ctx)
+		out <- probeResult{rev, err}
+	}()
+	recv(t, h.joined, "caller to join a probe")
+	return out
+}
+
+// recv receives from ch, failing the test if nothing arrives for a long
+// time (a hang, not a timing assumption).
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// empty fails the test if ch holds a value now.
+func empty[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("unexpected %s: %v", what, v)
+	default:
+	}
+}
+
+func TestCurrentRevisionCallerArrivingDuringProbeWaitsForNext(t *testing.T) {
+	h := newProbeHarness(t)
+	ctx := context.Background()
+
+	a := h.call(t, ctx)
+	if n := recv(t, h.probe.started, "probe 1"); n != 1 {
+		t.Fatalf("started probe %d, want 1", n)
+	}
+	// b, c and d arrive while probe 1 is in flight: it cannot prove
+	// anything to them.
+	b, c, d := h.call(t, ctx), h.call(t, ctx), h.call(t, ctx)
+	empty(t, h.probe.started, "probe start while probe 1 in flight")
+
+	h.probe.results <- probeResult{rev: 10}
+	if got := recv(t, a, "a's result"); got != (probeResult{rev: 10}) {
+		t.Errorf("a got %+v, want rev 10", got)
+	}
+	if n := recv(t, h.probe.started, "probe 2"); n != 2 {
+		t.Fatalf("started probe %d, want 2", n)
+	}
+	empty(t, b, "b's result from probe 1")
+
+	// b, c and d arrived together and share probe 2.
+	h.probe.results <- probeResult{rev: 11}
+	for name, ch := range map[string]<-chan probeResult{"b": b, "c": c, "d": d} {
+		if got := recv(t, ch, name+"'s result"); got != (probeResult{rev: 11}) {
+			t.Errorf("%s got %+v, want rev 11", name, got)
+		}
+	}
+	empty(t, h.probe.started, "third probe")
+
+	if got := testutil.ToFloat64(h.c.metrics.probes.WithLabelValues(probeOK)); got != 2 {
+		t.Errorf("probes_total{result=ok} = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(h.c.metrics.probeWaiters); got != 4 {
+		t.Errorf("probe_waiters_total = %v, want 4", got)
+	}
+	if got := testutil.CollectAndCount(h.reg, "listproxy_freshness_probe_duration_seconds"); got != 1 {
+		t.Errorf("probe_duration_seconds series = %d, want 1", got)
+	}
+}
+
+func TestCurrentRevisionIdleCallerStartsProbeAtOnce(t *testing.T) {
+	h := newProbeHarness(t)
+	for i, want := range []int64{5, 6, 7} {
+		got := h.call(t, context.Background())
+		if n := recv(t, h.probe.started, "probe"); n != int64(i+1) {
+			t.Fatalf("started probe %d, want %d", n, i+1)
+		}
+		h.probe.results <- probeResult{rev: want}
+		if r := recv(t, got, "result"); r.rev != want || r.err != nil {
+			t.Errorf("call %d got %+v, want rev %d", i, r, want)
+		}
+	}
+}
+
+func TestCurrentRevisionErrorsPropagate(t *testing.T) {
+	h := newProbeHarness(t)
+	ctx := context.Background()
+	err1, err2 := errors.New("etcd down"), errors.New("no leader")
+
+	a := h.call(t, ctx)
+	recv(t, h.probe.started, "probe 1")
+	b, c := h.call(t, ctx), h.call(t, ctx)
+
+	h.probe.results <- probeResult{err: err1}
+	if got := recv(t, a, "a's result"); !errors.Is(got.err, err1) {
+		t.Errorf("a got %+v, want error %v", got, err1)
+	}
+	recv(t, h.probe.started, "probe 2")
+	h.probe.results <- probeResult{err: err2}
+	for name, ch := range map[string]<-chan probeResult{"b": b, "c": c} {
+		if got := recv(t, ch, name+"'s result"); !errors.Is(got.err, err2) {
+			t.Errorf("%s got %+v, want error %v", name, got, err2)
+		}
+	}
+	if got := testutil.ToFloat64(h.c.metrics.probes.WithLabelValues(probeError)); got != 2 {
+		t.Errorf("probes_total{result=error} = %v, want 2", got)
+	}
+}
+
+func TestCurrentRevisionContextCancellation(t *testing.T) {
+	t.Run("cancel_in_flight_probe_when_all_callers_leave", func(t *testing.T) {
+		h := newProbeHarness(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		a := h.call(t, ctx)
+		recv(t, h.probe.started, "probe 1")
+
+		cancel()
+		if got := recv(t, a, "a's result"); !errors.Is(got.err, context.Canceled) {
+			t.Errorf("a got %+v, want context.Canceled", got)
+		}
+		if n := recv(t, h.probe.cancelled, "probe cancellation"); n != 1 {
+			t.Errorf("cancelled probe %d, want 1", n)
+		}
+
+		// A later caller gets a fresh probe.
+		b := h.call(t, context.Background())
+		recv(t, h.probe.started, "probe 2")
+		h.probe.results <- probeResult{rev: 12}
+		if got := recv(t, b, "b's result"); got != (probeResult{rev: 12}) {
+			t.Errorf("b got %+v, want rev 12", got)
+		}
+	})
+
+	t.Run("in_flight_probe_survives_while_a_caller_remains", func(t *testing.T) {
+		h := newProbeHarness(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		a := h.call(t, context.Background())
+		recv(t, h.probe.started, "probe 1")
+		// b joins the next probe, then leaves before it starts.
+		b := h.call(t, ctx)
+		cancel()
+		if got := recv(t, b, "b's result"); !errors.Is(got.err, context.Canceled) {
+			t.Errorf("b got %+v, want context.Canceled", got)
+		}
+
+		h.probe.results <- probeResult{rev: 10}
+		if got := recv(t, a, "a's result"); got != (probeResult{rev: 10}) {
+			t.Errorf("a got %+v, want rev 10", got)
+		}
+		// Nobody waits for the next probe any more: it never starts. (a's
+		// result is delivered after the decision is taken.)
+		empty(t, h.probe.started, "probe nobody waits for")
+		empty(t, h.probe.cancelled, "probe cancellation")
+	})
+
+	t.Run("already_done_context", func(t *testing.T) {
+		h := newProbeHarness(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := h.c.CurrentRevision(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("got error %v, want context.Canceled", err)
+		}
+		empty(t, h.probe.started, "probe for a done context")
+	})
+}
