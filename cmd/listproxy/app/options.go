@@ -1,0 +1,162 @@
+// Package app is the listproxy command: flags, their validation, and Run.
+package app
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/listproxy/listproxy/pkg/proxy"
+)
+
+// Defaults. Not measured: the grace period leaves a margin under the
+// kubelet's default 30s terminationGracePeriodSeconds.
+const (
+	defaultListenAddress       = "127.0.0.1:8001"
+	defaultShutdownGracePeriod = 25 * time.Second
+)
+
+// Options are listproxy's command-line options.
+type Options struct {
+	// Kubeconfig is the path of a kubeconfig with the apiserver and
+	// listproxy's credentials. Empty: in-cluster configuration.
+	Kubeconfig string
+	// ListenAddress is the host:port served over plain HTTP. The host must be
+	// a loopback address.
+	ListenAddress string
+	// ShutdownGracePeriod bounds how long in-flight requests may take to
+	// finish once shutdown begins.
+	ShutdownGracePeriod time.Duration
+	// ShutdownDelay is how long listproxy keeps serving, with /readyz failing,
+	// before it stops accepting requests.
+	ShutdownDelay time.Duration
+	// Cache configures serving LISTs from snapshots.
+	Cache CacheOptions
+}
+
+// NewOptions returns Options with defaults.
+func NewOptions() *Options {
+	return &Options{
+		ListenAddress:       defaultListenAddress,
+		ShutdownGracePeriod: defaultShutdownGracePeriod,
+		Cache:               newCacheOptions(),
+	}
+}
+
+// AddFlags adds o's flags to fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
+		"Path to a kubeconfig file naming the apiserver and listproxy's own credentials for it. If empty, the in-cluster configuration (service account) is used.")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress,
+		"host:port to serve plain HTTP on. The host must be a loopback address (for example 127.0.0.1, ::1 or localhost): in this mode listproxy passes requests through with its own credentials and performs no authentication.")
+	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod,
+		"On SIGTERM or SIGINT, how long in-flight requests may take to finish before their connections are closed. Watches and upgraded connections (exec, attach, port-forward) are ended at once.")
+	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay,
+		"On SIGTERM or SIGINT, how long to keep serving with /readyz failing before stopping to accept requests, so that load balancers notice first.")
+	o.Cache.addFlags(fs)
+}
+
+// Validate checks o and returns every problem found, each naming its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	if err := validateLoopback(o.ListenAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--listen-address: %w", err))
+	}
+	if o.ShutdownGracePeriod < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-grace-period: must not be negative, got %v", o.ShutdownGracePeriod))
+	}
+	if o.ShutdownDelay < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-delay: must not be negative, got %v", o.ShutdownDelay))
+	}
+	errs = append(errs, o.Cache.validate()...)
+	return errors.Join(errs...)
+}
+
+// validateLoopback checks that addr is host:port with a loopback host.
+func validateLoopback(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port: %w", err)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("invalid port %q", port)
+	} else if p == 0 {
+		return errors.New("port must not be 0")
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("host %q is not a loopback address; listproxy performs no authentication in this mode and must not be reachable from other hosts", host)
+	}
+	return nil
+}
+
+// Config is everything Run needs.
+type Config struct {
+	// Upstream locates the apiserver and carries listproxy's credentials.
+	Upstream *rest.Config
+	// Listener, if set, is served instead of ListenAddress (tests). Run
+	// closes it.
+	Listener net.Listener
+	// ListenAddress is listened on when Listener is nil.
+	ListenAddress string
+	// Registry collects listproxy's metrics and is served at /metrics. Nil:
+	// Run creates one.
+	Registry *prometheus.Registry
+	// Lists answers cacheable LISTs. Nil passes everything through.
+	Lists proxy.ListServer
+	// ShutdownGracePeriod and ShutdownDelay: see Options.
+	ShutdownGracePeriod time.Duration
+	ShutdownDelay       time.Duration
+	// Cache, when set and Lists is nil, makes Run serve LISTs from
+	// snapshots. Nil passes everything through.
+	Cache *CacheOptions
+}
+
+// Complete loads the upstream configuration and returns the Config to Run.
+// Call Validate first.
+func (o *Options) Complete() (*Config, error) {
+	var (
+		upstream *rest.Config
+		err      error
+	)
+	if o.Kubeconfig != "" {
+		upstream, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig: load %s: %w", o.Kubeconfig, err)
+		}
+	} else {
+		upstream, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (set --kubeconfig outside a cluster): %w", err)
+		}
+	}
+	// Pass-through goes through the transport, which client-go never rate
+	// limits; QPS < 0 also turns off the rate limiter of any client built
+	// from this config, so listproxy's own calls are not throttled either.
+	upstream.QPS = -1
+	upstream.Burst = 0
+	if upstream.UserAgent == "" {
+		upstream.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	var cache *CacheOptions
+	if len(o.Cache.Resources) > 0 {
+		c := o.Cache
+		cache = &c
+	}
+	return &Config{
+		Cache:               cache,
+		Upstream:            upstream,
+		ListenAddress:       o.ListenAddress,
+		ShutdownGracePeriod: o.ShutdownGracePeriod,
+		ShutdownDelay:       o.ShutdownDelay,
+	}, nil
+}

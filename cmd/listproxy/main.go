@@ -1,0 +1,57 @@
+// Command listproxy is a caching reverse proxy for the Kubernetes API.
+package main
+
+import (
+	"context"
+	goflag "flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/klog/v2"
+
+	"github.com/listproxy/listproxy/cmd/listproxy/app"
+)
+
+func main() {
+	opts := app.NewOptions()
+	var sections cliflag.NamedFlagSets
+	opts.AddFlags(sections.FlagSet("listproxy"))
+	klogFlags := goflag.NewFlagSet("klog", goflag.ExitOnError)
+	klog.InitFlags(klogFlags)
+	sections.FlagSet("logging").AddGoFlagSet(klogFlags)
+
+	fs := pflag.NewFlagSet("listproxy", pflag.ExitOnError)
+	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	for _, name := range sections.Order {
+		fs.AddFlagSet(sections.FlagSets[name])
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(os.Stderr, "Usage: listproxy [flags]\n\nlistproxy passes Kubernetes API requests through to the apiserver with its own credentials.\n")
+		cliflag.PrintSections(os.Stderr, sections, 0)
+	}
+	_ = fs.Parse(os.Args[1:]) // ExitOnError
+
+	if err := run(opts); err != nil {
+		klog.Flush()
+		fmt.Fprintf(os.Stderr, "listproxy: %v\n", err)
+		os.Exit(1)
+	}
+	klog.Flush()
+}
+
+func run(opts *app.Options) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	cfg, err := opts.Complete()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return app.Run(ctx, cfg)
+}

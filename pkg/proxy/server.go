@@ -1,0 +1,376 @@
+// Package proxy is listproxy's HTTP edge: it serves /healthz, /readyz and
+// /metrics itself, offers cacheable LIST requests to a ListServer, and passes
+// every other request through to the apiserver unchanged.
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+)
+
+// ListServer answers cacheable LIST requests from snapshots. ServeList returns
+// false, having written nothing, when the request must pass through.
+type ListServer interface {
+	ServeList(w http.ResponseWriter, r *http.Request) bool
+}
+
+// HeaderServedFrom is set on every API response and names who answered it:
+// SourceAPIServer or SourceSnapshot.
+const HeaderServedFrom = "X-Listproxy-Served-From"
+
+// Values of HeaderServedFrom and of the "source" metric label.
+const (
+	SourceAPIServer = "apiserver"
+	SourceSnapshot  = "snapshot"
+)
+
+// Paths served by listproxy itself rather than by the apiserver.
+const (
+	pathHealthz = "/healthz"
+	pathReadyz  = "/readyz"
+	pathMetrics = "/metrics"
+)
+
+// errShuttingDown is the cause with which long-running requests are cancelled
+// by Handler.Shutdown.
+var errShuttingDown = errors.New("listproxy is shutting down")
+
+// Config configures a Handler.
+type Config struct {
+	// Upstream locates the apiserver and carries listproxy's own credentials,
+	// which every pass-through request uses. Required. NewHandler does not
+	// modify it.
+	Upstream *rest.Config
+	// Lists is offered every request whose Kubernetes verb is list, before it
+	// passes through. Nil passes everything through.
+	Lists ListServer
+	// Registry registers listproxy's metrics. Nil: a private registry, so the
+	// metrics are collected but not exported.
+	Registry prometheus.Registerer
+	// Gatherer is served at /metrics. Nil: Registry, if it is also a
+	// prometheus.Gatherer (as *prometheus.Registry is); otherwise /metrics
+	// answers 404.
+	Gatherer prometheus.Gatherer
+	// Clock times requests and expires cached readiness. Nil: the real clock.
+	Clock clock.PassiveClock
+}
+
+// Handler is listproxy's HTTP edge. Create it with NewHandler; call Drain and
+// then Shutdown when the server stops.
+type Handler struct {
+	lists     ListServer
+	pass      *passthrough
+	ready     *readiness
+	metrics   *metrics
+	metricsH  http.Handler
+	clock     clock.PassiveClock
+	draining  atomic.Bool             // set by Drain and Shutdown: /readyz fails
+	stopCtx   context.Context         // done once Shutdown ends long-running requests
+	stop      context.CancelCauseFunc // cancels stopCtx with errShuttingDown
+	longLived tracker                 // in-flight long-running requests
+}
+
+var _ http.Handler = (*Handler)(nil)
+
+// NewHandler returns a Handler that passes requests through to cfg.Upstream.
+func NewHandler(cfg Config) (*Handler, error) {
+	if cfg.Upstream == nil {
+		return nil, errors.New("proxy: Config.Upstream is required")
+	}
+	clk := cfg.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	gatherer := cfg.Gatherer
+	if gatherer == nil {
+		gatherer, _ = reg.(prometheus.Gatherer)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	pass, err := newPassthrough(cfg.Upstream)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{
+		lists:   cfg.Lists,
+		pass:    pass,
+		ready:   newReadiness(pass.transport, pass.target, clk),
+		metrics: m,
+		clock:   clk,
+	}
+	if gatherer != nil {
+		h.metricsH = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: klog.NewStandardLogger("ERROR")})
+	}
+	h.stopCtx, h.stop = context.WithCancelCause(context.Background())
+	return h, nil
+}
+
+// ServeHTTP serves /healthz, /readyz and /metrics itself and every other
+// request from Lists or the apiserver.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case pathHealthz:
+		h.serveHealthz(w, r)
+	case pathReadyz:
+		h.serveReadyz(w, r)
+	case pathMetrics:
+		if h.metricsH == nil {
+			WriteStatus(w, notFoundError())
+			return
+		}
+		h.metricsH.ServeHTTP(w, r)
+	default:
+		h.serveAPI(w, r)
+	}
+}
+
+// Drain makes /readyz fail from now on. Requests are still served.
+func (h *Handler) Drain() {
+	h.draining.Store(true)
+}
+
+// Shutdown ends long-running requests: watch and streaming responses end
+// cleanly at once (a client sees the end of the stream, as when the apiserver
+// closes a watch), upgraded connections (exec, attach, port-forward) are
+// closed, and long-running requests arriving later fail with 503. It then
+// waits until their handlers have returned or ctx is done, and closes idle
+// upstream connections. Ordinary requests are left to the http.Server's own
+// Shutdown.
+func (h *Handler) Shutdown(ctx context.Context) error {
+	h.draining.Store(true)
+	h.stop(errShuttingDown)
+	err := h.longLived.wait(ctx)
+	h.pass.closeIdleConnections()
+	if err != nil {
+		return fmt.Errorf("wait for long-running requests: %w", err)
+	}
+	return nil
+}
+
+func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
+	start := h.clock.Now()
+	kind := classify(r)
+	rec := &responseRecorder{ResponseWriter: w}
+	source := SourceAPIServer
+	// Deferred so that http.ErrAbortHandler panics (client gone mid-stream)
+	// are counted too.
+	defer func() {
+		h.metrics.observe(kind.verb, source, rec.statusCode(), h.clock.Since(start))
+	}()
+
+	if h.lists != nil && kind.verb == verbList {
+		rec.Header().Set(HeaderServedFrom, SourceSnapshot)
+		if h.lists.ServeList(rec, r) {
+			source = SourceSnapshot
+			return
+		}
+		rec.Header().Del(HeaderServedFrom)
+		if rec.wroteHeader() {
+			klog.ErrorS(nil, "ListServer wrote a response but returned false; not passing through", "path", r.URL.Path)
+			source = SourceSnapshot
+			return
+		}
+	}
+
+	if kind.longRunning {
+		if !h.longLived.add() {
+			WriteStatus(rec, shuttingDownError())
+			return
+		}
+		defer h.longLived.done()
+		ctx, cancel := context.WithCancelCause(r.Context())
+		defer cancel(nil)
+		stopAfter := context.AfterFunc(h.stopCtx, func() { cancel(errShuttingDown) })
+		defer stopAfter()
+		r = r.WithContext(ctx)
+	}
+	h.pass.ServeHTTP(rec, r)
+}
+
+// Verbs used as the "verb" metric label.
+const (
+	verbList    = "list"
+	verbWatch   = "watch"
+	verbConnect = "connect"
+	verbOther   = "other"
+)
+
+var (
+	requestInfoFactory = &request.RequestInfoFactory{
+		APIPrefixes:          sets.NewString("api", "apis"),
+		GrouplessAPIPrefixes: sets.NewString("api"),
+	}
+	// metricVerbs are the Kubernetes verbs reported as they are.
+	metricVerbs = sets.New("list", "watch", "get", "create", "update", "patch", "delete", "deletecollection")
+	// connectSubresources are proxied streams; together with watch they are
+	// the apiserver's long-running requests (see BasicLongRunningRequestCheck
+	// in k8s.io/apiserver/pkg/server/filters).
+	connectSubresources = sets.New("attach", "exec", "portforward", "proxy")
+)
+
+// requestKind is what listproxy needs to know about a request up front.
+type requestKind struct {
+	verb        string // bounded: one of metricVerbs, connect or other
+	longRunning bool   // may stream for minutes: watch, log, connect, upgrade
+}
+
+// classify derives a request's Kubernetes verb the way the apiserver does.
+func classify(r *http.Request) requestKind {
+	upgrade := isUpgrade(r.Header)
+	info, err := requestInfoFactory.NewRequestInfo(r)
+	if err != nil || !info.IsResourceRequest {
+		if upgrade {
+			return requestKind{verb: verbConnect, longRunning: true}
+		}
+		return requestKind{verb: verbOther}
+	}
+	switch {
+	case upgrade || info.Verb == "proxy" || connectSubresources.Has(info.Subresource):
+		return requestKind{verb: verbConnect, longRunning: true}
+	case info.Verb == verbWatch:
+		return requestKind{verb: verbWatch, longRunning: true}
+	case metricVerbs.Has(info.Verb):
+		return requestKind{verb: info.Verb, longRunning: info.Subresource == "log"}
+	default:
+		return requestKind{verb: verbOther}
+	}
+}
+
+// isUpgrade reports whether h asks for a protocol upgrade (SPDY, WebSocket).
+func isUpgrade(h http.Header) bool {
+	if h.Get("Upgrade") == "" {
+		return false
+	}
+	for _, v := range h.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// responseRecorder remembers the status code written through it. It keeps
+// flushing and hijacking available to http.ResponseController.
+type responseRecorder struct {
+	http.ResponseWriter
+	code     atomic.Int32 // final status code, or 101 once switched; 0 until then
+	hijacked atomic.Bool
+}
+
+// statusCodeClientGone is counted for requests whose client went away before
+// any response was written (nginx's convention).
+const statusCodeClientGone = 499
+
+func (w *responseRecorder) WriteHeader(code int) {
+	if code >= 200 || code == http.StatusSwitchingProtocols {
+		w.code.CompareAndSwap(0, int32(code))
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseRecorder) Write(b []byte) (int, error) {
+	w.code.CompareAndSwap(0, http.StatusOK)
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *responseRecorder) FlushError() error {
+	w.code.CompareAndSwap(0, http.StatusOK)
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *responseRecorder) Flush() { _ = w.FlushError() }
+
+func (w *responseRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err == nil {
+		w.hijacked.Store(true)
+		w.code.CompareAndSwap(0, http.StatusSwitchingProtocols)
+	}
+	return conn, brw, err
+}
+
+func (w *responseRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *responseRecorder) wroteHeader() bool { return w.code.Load() != 0 }
+
+// clientGone records that nothing was written because the client left.
+func (w *responseRecorder) clientGone() { w.code.CompareAndSwap(0, statusCodeClientGone) }
+
+func (w *responseRecorder) statusCode() int {
+	if c := w.code.Load(); c != 0 {
+		return int(c)
+	}
+	return http.StatusOK // what net/http sends when a handler writes nothing
+}
+
+// tracker counts in-flight long-running requests. Unlike sync.WaitGroup it
+// allows add concurrently with wait, and refuses new requests once stopped.
+type tracker struct {
+	mu      sync.Mutex    // guards the fields below
+	n       int           // in-flight requests
+	idle    chan struct{} // closed when n drops to 0; nil while n == 0
+	stopped bool          // set by wait; add fails from then on
+}
+
+func (t *tracker) add() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return false
+	}
+	if t.n == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.n++
+	return true
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n--
+	if t.n == 0 {
+		close(t.idle)
+		t.idle = nil
+	}
+}
+
+// wait stops the tracker and waits until no request is in flight or ctx is done.
+func (t *tracker) wait(ctx context.Context) error {
+	t.mu.Lock()
+	t.stopped = true
+	idle := t.idle
+	t.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,282 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/listproxy/listproxy/test/framework"
+)
+
+var widgetGVR = schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "widgets"}
+
+// createWidgetCRD installs a namespaced CRD with a selectable field
+// spec.color and waits until it is served.
+func createWidgetCRD(t *testing.T, cfg *rest.Config) {
+	t.Helper()
+	ctx := context.Background()
+	client := apiextensionsclient.NewForConfigOrDie(cfg)
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.demo.listproxy.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "demo.listproxy.io",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"color": {Type: "string"},
+							"size":  {Type: "integer"},
+						}},
+					},
+				}},
+				SelectableFields: []apiextensionsv1.SelectableField{{JSONPath: ".spec.color"}},
+			}},
+		},
+	}
+	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create CRD: %v", err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := dynamic.NewForConfigOrDie(cfg).Resource(widgetGVR).List(ctx, metav1.ListOptions{Limit: 1})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("CRD not served: %v", err)
+	}
+}
+
+// world is the set of objects the tests create and churn.
+type world struct {
+	cs         *kubernetes.Clientset
+	dyn        dynamic.Interface
+	namespaces []string
+	nodes      int
+	mu         sync.Mutex
+	pods       map[string][]string // namespace -> pod names alive (approximately)
+	next       int
+}
+
+var colors = []string{"red", "green", "blue", "yellow"}
+
+func newPod(ns, name string, i int) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+			"app": []string{"a", "b", "c"}[i%3], "tier": []string{"x", "y"}[i%2], "idx": fmt.Sprint(i % 10),
+		}, Annotations: map[string]string{"note": "<&> \u2028 unicode ✓"}},
+		Spec: corev1.PodSpec{
+			NodeName:   fmt.Sprintf("node-%d", i%8),
+			Containers: []corev1.Container{{Name: "c", Image: "busybox", Env: []corev1.EnvVar{{Name: "I", Value: fmt.Sprint(i)}}}},
+		},
+	}
+}
+
+func newWidget(ns, name string, i int) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "demo.listproxy.io/v1", "kind": "Widget",
+		"metadata": map[string]any{"namespace": ns, "name": name, "labels": map[string]any{"app": []string{"a", "b", "c"}[i%3]}},
+		"spec":     map[string]any{"color": colors[i%len(colors)], "size": int64(i)},
+	}}
+}
+
+// seed creates namespaces, pods, widgets and nodes concurrently.
+func seed(t *testing.T, cp *framework.ControlPlane, namespaces, podsPerNS, widgetsPerNS, nodes int) *world {
+	t.Helper()
+	ctx := context.Background()
+	w := &world{cs: cp.Clientset(framework.UserAdmin), dyn: dynamic.NewForConfigOrDie(cp.AdminConfig), nodes: nodes, pods: map[string][]string{}}
+	for i := 0; i < namespaces; i++ {
+		ns := fmt.Sprintf("ns-%d", i)
+		if err := cp.CreateNamespace(ctx, ns, map[string]string{"team": fmt.Sprint(i % 2)}); err != nil {
+			t.Fatalf("namespace: %v", err)
+		}
+		w.namespaces = append(w.namespaces, ns)
+	}
+	var jobs []func() error
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("node-%d", i)
+		unschedulable := i%3 == 0
+		jobs = append(jobs, func() error {
+			_, err := w.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "node"}}, Spec: corev1.NodeSpec{Unschedulable: unschedulable}}, metav1.CreateOptions{})
+			return err
+		})
+	}
+	for _, ns := range w.namespaces {
+		for i := 0; i < podsPerNS; i++ {
+			name := fmt.Sprintf("pod-%d", i)
+			w.pods[ns] = append(w.pods[ns], name)
+			jobs = append(jobs, func() error {
+				_, err := w.cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, name, i), metav1.CreateOptions{})
+				return err
+			})
+		}
+		for i := 0; i < widgetsPerNS; i++ {
+			name := fmt.Sprintf("widget-%d", i)
+			jobs = append(jobs, func() error {
+				_, err := w.dyn.Resource(widgetGVR).Namespace(ns).Create(ctx, newWidget(ns, name, i), metav1.CreateOptions{})
+				return err
+			})
+		}
+	}
+	w.next = podsPerNS
+	runParallel(t, 16, jobs)
+	return w
+}
+
+func runParallel(t *testing.T, workers int, jobs []func() error) {
+	t.Helper()
+	ch := make(chan func() error)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for job := range ch {
+				if err := job(); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, j := range jobs {
+		ch <- j
+	}
+	close(ch)
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("seeding: %v", firstErr)
+	}
+}
+
+// churn creates, updates and deletes pods, widgets and nodes at about rate
+// writes per second until ctx is done. It returns the number of writes.
+func (w *world) churn(ctx context.Context, rate int, rng *rand.Rand) int {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	writes := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return writes
+		case <-tick.C:
+		}
+		if err := w.write(ctx, rng); err == nil {
+			writes++
+		}
+	}
+}
+
+func (w *world) write(ctx context.Context, rng *rand.Rand) error {
+	ns := w.namespaces[rng.IntN(len(w.namespaces))]
+	w.mu.Lock()
+	names := w.pods[ns]
+	w.mu.Unlock()
+	switch op := rng.IntN(10); {
+	case op < 3: // create a pod
+		w.mu.Lock()
+		i := w.next
+		w.next++
+		name := fmt.Sprintf("pod-%d", i)
+		w.pods[ns] = append(w.pods[ns], name)
+		w.mu.Unlock()
+		_, err := w.cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, name, i), metav1.CreateOptions{})
+		return err
+	case op < 5 && len(names) > 0: // delete a pod
+		k := rng.IntN(len(names))
+		name := names[k]
+		w.mu.Lock()
+		w.pods[ns] = append(append([]string(nil), names[:k]...), names[k+1:]...)
+		w.mu.Unlock()
+		err := w.cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	case op < 8 && len(names) > 0: // relabel a pod
+		name := names[rng.IntN(len(names))]
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"app":%q,"idx":"%d"}}}`, []string{"a", "b", "c"}[rng.IntN(3)], rng.IntN(10))
+		_, err := w.cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	case op < 9: // recolor a widget
+		name := fmt.Sprintf("widget-%d", rng.IntN(20))
+		patch := fmt.Sprintf(`{"spec":{"color":%q}}`, colors[rng.IntN(len(colors))])
+		_, err := w.dyn.Resource(widgetGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	default: // toggle a node
+		name := fmt.Sprintf("node-%d", rng.IntN(w.nodes))
+		patch := fmt.Sprintf(`{"spec":{"unschedulable":%v}}`, rng.IntN(2) == 0)
+		_, err := w.cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+}
+
+// rawClient sends GET requests with a given Accept header and returns the
+// status, headers and body.
+type rawClient struct {
+	base   string
+	client *http.Client
+}
+
+func newRawClient(t *testing.T, cfg *rest.Config) rawClient {
+	t.Helper()
+	c, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatalf("http client: %v", err)
+	}
+	return rawClient{base: cfg.Host, client: c}
+}
+
+func (c rawClient) get(ctx context.Context, path string, q url.Values, accept string) (int, http.Header, []byte, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", "listproxy-e2e")
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	_, err = io.Copy(&buf, resp.Body)
+	return resp.StatusCode, resp.Header, buf.Bytes(), err
+}
