@@ -58,6 +58,9 @@ func (m *Metrics) For(resource, format string) StoreObservers {
 	objects, bytes := m.objects.WithLabelValues(resource, format), m.bytes.WithLabelValues(resource, format)
 	depth, hbytes := m.historyDepth.WithLabelValues(resource, format), m.historyBytes.WithLabelValues(resource, format)
 	rv, relists := m.rv.WithLabelValues(resource, format), m.relists.WithLabelValues(resource, format)
+	for _, reason := range []string{"closed", "error", "gone"} {
+		m.watchRestarts.WithLabelValues(resource, format, reason) // export zeros, so rates start at 0
+	}
 	return StoreObservers{
 		OnPublish: func(s Stats) {
 			objects.Set(float64(s.Objects))

@@ -276,13 +276,12 @@ var metricName = regexp.MustCompile(`listproxy_[a-z_]+`)
 // exportedMetrics are the series the code exports (DESIGN.md, Observability).
 // The dashboard must query only these; docs/metrics.md is checked elsewhere.
 var exportedMetrics = []string{
-	"listproxy_freshness_fallbacks_total",
+	"listproxy_freshness_consistent_reads_total",
 	"listproxy_freshness_wait_duration_seconds_bucket",
-	"listproxy_freshness_waits_total",
 	"listproxy_http_request_duration_seconds_bucket",
 	"listproxy_http_requests_total",
+	"listproxy_lists_total",
 	"listproxy_paging_continue_tokens_total",
-	"listproxy_proxy_authz_decisions_total",
 	"listproxy_snapshot_bytes",
 	"listproxy_snapshot_history_depth",
 	"listproxy_snapshot_objects",

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/listproxy/listproxy/pkg/snapshot/wire"
+	"github.com/listproxy/listproxy/test/framework"
+)
+
+// TestMetricsCatalogue keeps docs/metrics.md and the Grafana dashboard
+// honest: after traffic through listproxy, every listproxy_* metric on
+// /metrics is documented, and every metric a dashboard panel queries is
+// exported.
+func TestMetricsCatalogue(t *testing.T) {
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	seed(t, cp, 2, 30, 0, 2)
+	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
+	lpc := newRawClient(t, lp.Config())
+	ctx := context.Background()
+
+	// Traffic: a synced store, a consistent read, a paginated walk, a pass-through.
+	warmUp(ctx, t, lpc, []target{{path: "/api/v1/pods"}})
+	for _, q := range []url.Values{{}, {"limit": {"7"}}, {"resourceVersion": {"0"}, "limit": {"7"}}} {
+		_, _, body, err := lpc.get(ctx, "/api/v1/pods", q, acceptJSON)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := decodePage(wire.JSON, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := p.env.ListMeta.Continue; c != "" {
+			if _, _, _, err := lpc.get(ctx, "/api/v1/pods", url.Values{"continue": {c}, "limit": {"7"}}, acceptJSON); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, _, _, err := lpc.get(ctx, "/api/v1/namespaces/default", nil, acceptJSON); err != nil {
+		t.Fatal(err)
+	}
+
+	exported := scrapeMetricNames(t, lp.URL+"/metrics")
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := namesIn(t, filepath.Join(root, "docs", "metrics.md"), regexp.MustCompile("`(listproxy_[a-z_]+)`"))
+	for _, name := range sortedKeys(exported) {
+		if strings.HasPrefix(name, "listproxy_") && !documented[name] {
+			t.Errorf("metric %s is exported but not in docs/metrics.md", name)
+		}
+	}
+	dashboard := namesIn(t, filepath.Join(root, "charts", "listproxy", "dashboards", "listproxy.json"), regexp.MustCompile(`((?:listproxy|process|go)_[a-z_]+)`))
+	for _, name := range sortedKeys(dashboard) {
+		family := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(name, "_bucket"), "_sum"), "_count")
+		if !exported[family] {
+			t.Errorf("dashboard queries %s, which listproxy does not export", name)
+		}
+	}
+	t.Logf("%d metric families exported, %d documented, %d used by the dashboard", len(exported), len(documented), len(dashboard))
+}
+
+// scrapeMetricNames returns the metric family names on a /metrics page.
+func scrapeMetricNames(t *testing.T, u string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	names := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
+			names[f[2]] = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func namesIn(t *testing.T, path string, re *regexp.Regexp) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range re.FindAllSubmatch(data, -1) {
+		names[string(bytes.TrimSpace(m[1]))] = true
+	}
+	return names
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
