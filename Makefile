@@ -36,3 +36,8 @@ verify:
 
 clean:
 	rm -rf $(OUT)
+
+## soak: the linearizability test for as long as asked (LISTPROXY_SOAK_DURATION, default 10m)
+soak: deps
+	LISTPROXY_BIN_DIR=$(abspath $(BIN)) LISTPROXY_SOAK_DURATION=$${LISTPROXY_SOAK_DURATION:-10m} \
+		$(GO) test -count=1 -timeout 0 -run TestLinearizableReads -v ./test/e2e/

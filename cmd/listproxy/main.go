@@ -30,7 +30,7 @@ func main() {
 		fs.AddFlagSet(sections.FlagSets[name])
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: listproxy [flags]\n\nlistproxy passes Kubernetes API requests through to the apiserver with its own credentials.\n")
+		fmt.Fprintf(os.Stderr, "Usage: listproxy [flags]\n\nlistproxy is a caching reverse proxy for the Kubernetes API: it answers LISTs from snapshots and passes every other request through to the apiserver with its own credentials.\n")
 		cliflag.PrintSections(os.Stderr, sections, 0)
 	}
 	_ = fs.Parse(os.Args[1:]) // ExitOnError

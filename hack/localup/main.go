@@ -13,6 +13,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -120,9 +122,17 @@ func run() error {
 			return err
 		}
 	} else {
+		keysFile := filepath.Join(localDir, "continue-token-keys")
+		if err := writeKeyFile(keysFile); err != nil {
+			return err
+		}
 		args := append([]string{
 			"--kubeconfig=" + adminKubeconfig,
 			"--listen-address=127.0.0.1:" + port,
+			// Consistent reads (what kubectl sends) are served from
+			// snapshots once etcd proves them fresh.
+			"--etcd-servers=" + cp.EtcdEndpoint,
+			"--continue-token-keys-file=" + keysFile,
 		}, os.Args[1:]...)
 		logf("starting listproxy")
 		listproxy, err = framework.StartProcess("listproxy", listproxyBin, args, filepath.Join(localDir, "listproxy.log"))
@@ -152,6 +162,9 @@ func run() error {
 	}
 	fmt.Printf("  export KUBECONFIG=%s\n", kubeconfig)
 	fmt.Println("  kubectl get pods -A --chunk-size=500")
+	if !skipListproxy {
+		fmt.Printf("  curl -s -D - -o /dev/null -A kubectl '%s/api/v1/pods?limit=1' | grep X-Listproxy\n", listproxyURL)
+	}
 	if !skipListproxy {
 		fmt.Printf("  curl -s %s/metrics | grep listproxy_\n", listproxyURL)
 	}
@@ -291,4 +304,14 @@ func terminate(pid int) error {
 
 func logf(format string, args ...any) {
 	fmt.Printf("%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// writeKeyFile writes a continue-token key file (one base64 key of 32 random
+// bytes) so that tokens survive a listproxy restart within one run.
+func writeKeyFile(path string) error {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
 }
