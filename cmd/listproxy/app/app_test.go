@@ -41,7 +41,9 @@ func TestAddFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &Options{Kubeconfig: "/etc/kubeconfig", ListenAddress: "[::1]:9001", ShutdownGracePeriod: 5 * time.Second, ShutdownDelay: 2 * time.Second}
+	want := NewOptions()
+	want.Kubeconfig, want.ListenAddress = "/etc/kubeconfig", "[::1]:9001"
+	want.ShutdownGracePeriod, want.ShutdownDelay = 5*time.Second, 2*time.Second
 	if diff := cmp.Diff(want, o); diff != "" {
 		t.Errorf("options (-want +got):\n%s", diff)
 	}
