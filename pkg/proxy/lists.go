@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -97,7 +98,7 @@ type Lists struct {
 	// ctx bounds every feeder; set by Run.
 	ctx context.Context
 
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	stores map[storeKey]*storeEntry // guarded by mu
 }
 
@@ -114,7 +115,7 @@ type storeEntry struct {
 	info     *resourceInfo
 	ctx      context.Context
 	cancel   context.CancelFunc
-	lastUsed time.Time // guarded by Lists.mu
+	lastUsed atomic.Int64 // unix nanoseconds of the last LIST
 
 	// freshMu guards fresh and freshTried. fresh proves consistent reads
 	// for this store; it is started on the first consistent read after the
@@ -216,7 +217,7 @@ func (l *Lists) janitor(ctx context.Context) {
 		cutoff := time.Now().Add(-l.cfg.IdleTTL)
 		l.mu.Lock()
 		for k, e := range l.stores {
-			if e.lastUsed.Before(cutoff) {
+			if time.Unix(0, e.lastUsed.Load()).Before(cutoff) {
 				e.cancel()
 				delete(l.stores, k)
 				l.cfg.StoreMetrics.Forget(k.gvr.GroupResource().String(), k.format.String())
@@ -231,13 +232,20 @@ func (l *Lists) janitor(ctx context.Context) {
 // its feeder on first demand.
 func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, bool) {
 	key := storeKey{gvr: info.GVR, format: format}
+	l.mu.RLock()
+	e, ok := l.stores[key]
+	l.mu.RUnlock()
+	if ok && e.info.fingerprint == info.fingerprint {
+		e.lastUsed.Store(time.Now().UnixNano())
+		return e, true
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
 		return nil, false
 	}
 	if e, ok := l.stores[key]; ok && e.info.fingerprint == info.fingerprint {
-		e.lastUsed = time.Now()
+		e.lastUsed.Store(time.Now().UnixNano())
 		return e, true
 	} else if ok {
 		// Discovery changed the resource under us: rebuild.
@@ -266,7 +274,8 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 		OnWatchRestart: observe.OnWatchRestart,
 	})
 	go feeder.Run(ctx)
-	e := &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel, lastUsed: time.Now()}
+	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel}
+	e.lastUsed.Store(time.Now().UnixNano())
 	l.stores[key] = e
 	klog.InfoS("Started snapshot store", "resource", info.GVR.String(), "format", format.String())
 	return e, true
