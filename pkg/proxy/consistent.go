@@ -100,6 +100,30 @@ func (l *Lists) freshFor(ctx context.Context, entry *storeEntry) *freshTracker {
 // a transient failure. Not measured.
 const freshRetryInterval = 5 * time.Second
 
+// atProven returns the state at rv for a store that has not yet seen rv: etcd
+// says which change of the resource was the last at or before rv, and once
+// the store holds it, the snapshot at that change is the state at rv.
+func (l *Lists) atProven(ctx context.Context, entry *storeEntry, rv uint64) (*snapshot.Snapshot, error) {
+	ft := l.freshFor(ctx, entry)
+	if l.cfg.Freshness == nil || ft == nil || !ft.verified {
+		return nil, snapshot.ErrNotRetained
+	}
+	timeout := l.cfg.ConsistentReadTimeout
+	if timeout <= 0 {
+		timeout = 3 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last, err := ft.tracker.LastChangeAtOrBefore(ctx, int64(rv))
+	if err != nil {
+		return nil, snapshot.ErrNotRetained
+	}
+	if _, _, err := entry.store.WaitFor(ctx, uint64(last)); err != nil {
+		return nil, snapshot.ErrNotRetained
+	}
+	return entry.store.At(uint64(last))
+}
+
 // compacted reports whether etcd has compacted revision rv.
 func (l *Lists) compacted(ctx context.Context, rv uint64) bool {
 	if l.cfg.Freshness == nil {

@@ -347,9 +347,11 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	req, reason, ok := l.parse(r)
 	if !ok {
 		l.cfg.Metrics.passThrough("", reason)
-		if token := r.URL.Query().Get("continue"); paging.IsListproxyToken(token) {
-			col, _ := parseCollection(r)
-			return l.handOff(w, r, col.Namespace, token)
+		q := r.URL.Query()
+		if token := q.Get("continue"); paging.IsListproxyToken(token) {
+			if col, ok := parseCollection(r); ok {
+				return l.handOff(w, r, col, token, selectorDigest(q.Get("labelSelector"), q.Get("fieldSelector")))
+			}
 		}
 		return false
 	}
@@ -358,7 +360,7 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	if !served {
 		l.cfg.Metrics.passThrough(resource, reason)
 		if paging.IsListproxyToken(req.query.continueToken) {
-			return l.handOff(w, r, req.col.Namespace, req.query.continueToken)
+			return l.handOff(w, r, req.col, req.query.continueToken, selectorDigest(req.query.labelSelector, req.query.fieldSelector))
 		}
 		return false
 	}
@@ -372,7 +374,7 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 	var token paging.Token
 	var openErr error
 	ours := paging.IsListproxyToken(q.continueToken)
-	digest := paging.SelectorDigest(q.labelSelector, q.fieldSelector)
+	digest := selectorDigest(q.labelSelector, q.fieldSelector)
 	if ours {
 		token, openErr = l.cfg.Keys.Open(q.continueToken)
 		if openErr == nil {
@@ -440,6 +442,11 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 	case paging.ServeContinue:
 		rv = token.RV
 		snap, err = store.At(rv)
+		if errors.Is(err, snapshot.ErrNotRetained) && rv > store.Progress() {
+			// Another replica issued the token at a revision this one has not
+			// seen: the state there is the state at the last change before it.
+			snap, err = l.atProven(r.Context(), entry, rv)
+		}
 		if errors.Is(err, snapshot.ErrNotRetained) && l.compacted(r.Context(), rv) {
 			// etcd no longer has this revision: the apiserver's 410, with a
 			// token that continues from the same key at the latest RV.
@@ -489,8 +496,11 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 // (DESIGN.md, Principle 2): a request listproxy does not answer itself gets
 // the apiserver's own token for the same position, or a 400 when the token
 // cannot be opened. It returns whether it wrote a response.
-func (l *Lists) handOff(w http.ResponseWriter, r *http.Request, namespace, continueToken string) bool {
+func (l *Lists) handOff(w http.ResponseWriter, r *http.Request, col collection, continueToken string, digest [32]byte) bool {
 	token, err := l.cfg.Keys.Open(continueToken)
+	if err == nil {
+		err = token.Matches(col.GVR.Group, col.GVR.Resource, col.Namespace, digest)
+	}
 	if err != nil {
 		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueInvalid)
 		w.Header().Set(HeaderServedFrom, SourceSnapshot)
@@ -498,10 +508,23 @@ func (l *Lists) handOff(w http.ResponseWriter, r *http.Request, namespace, conti
 		return true
 	}
 	query := r.URL.Query()
-	query.Set("continue", paging.NativeContinue(token.RV, paging.RelativeKey(namespace, token.StartKey)))
+	query.Set("continue", paging.NativeContinue(token.RV, paging.RelativeKey(col.Namespace, token.StartKey)))
 	r.URL.RawQuery = query.Encode()
 	l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueDelegated)
 	return false
+}
+
+// selectorDigest binds a token to its selectors in canonical form, so that
+// an equivalent spelling continues the same list. Unparsable selectors are
+// taken as written (the apiserver rejects them anyway).
+func selectorDigest(labelSelector, fieldSelector string) [32]byte {
+	if sel, err := labels.Parse(labelSelector); err == nil {
+		labelSelector = sel.String()
+	}
+	if sel, err := fields.ParseSelector(fieldSelector); err == nil {
+		fieldSelector = sel.String()
+	}
+	return paging.SelectorDigest(labelSelector, fieldSelector)
 }
 
 // page selects the items of one page, mirroring how the apiserver's watch

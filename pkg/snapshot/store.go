@@ -12,6 +12,11 @@ import (
 	"k8s.io/utils/clock"
 )
 
+// snapshotOverheadBytes estimates the tree nodes one applied change copies,
+// which the snapshot before it keeps alive. Measured with BenchmarkApplyClone
+// at 100k pods: 9.8 KB per event (3 trees, degree 32).
+const snapshotOverheadBytes = 10 << 10
+
 // Sentinel errors returned by Store readers.
 var (
 	// ErrNotSynced: the store has not completed its first list.
@@ -224,13 +229,14 @@ func (s *Store) Replace(entries []*Entry, rv uint64) {
 func (s *Store) Apply(c Change, rv uint64) {
 	s.mu.Lock()
 	old := s.current.Load()
-	var freed int64
+	// Each snapshot also holds the tree nodes the change copied.
+	freed := int64(snapshotOverheadBytes)
 	if c.Deleted {
 		if prev, ok := s.deleteLocked(c.Entry.Key); ok {
-			freed = int64(len(prev.Raw))
+			freed += int64(len(prev.Raw))
 		}
 	} else if prev, ok := s.upsertLocked(c.Entry); ok {
-		freed = int64(len(prev.Raw))
+		freed += int64(len(prev.Raw))
 	}
 	snap := s.snapshotLocked(rv)
 	history := append(old.history, snap)
@@ -280,8 +286,11 @@ func (s *Store) trimHistoryLocked(history []*Snapshot) []*Snapshot {
 	}
 	s.supersededAt = s.supersededAt[drop:]
 	s.freed = s.freed[drop:]
-	// Copy so that dropped snapshots can be collected; readers keep their own slices.
-	return append([]*Snapshot(nil), history[drop:]...)
+	// Reslice rather than copy (readers may still read the dropped entries
+	// through older views, so they cannot be cleared). The dropped prefix is
+	// released when a later append reallocates, which keeps trimming O(1)
+	// amortised at the cost of up to one window of extra history in memory.
+	return history[drop:]
 }
 
 func (s *Store) publishLocked(v *view) {

@@ -182,7 +182,7 @@ func TestHistoryRetention(t *testing.T) {
 }
 
 func TestHistoryByteBound(t *testing.T) {
-	s := NewStore(StoreConfig{History: time.Hour, HistoryMaxBytes: 30})
+	s := NewStore(StoreConfig{History: time.Hour, HistoryMaxBytes: 3*snapshotOverheadBytes + 200})
 	s.Replace([]*Entry{entry("a", "p1", 1, "")}, 10)
 	for rv := uint64(11); rv < 20; rv++ {
 		s.Apply(Change{Entry: entry("a", "p1", rv, "")}, rv) // each replaces ~20 bytes
