@@ -4,10 +4,13 @@ import (
 	"context"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/pkg/freshness"
+	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
 
@@ -122,6 +125,47 @@ func (l *Lists) atProven(ctx context.Context, entry *storeEntry, rv uint64) (*sn
 		return nil, snapshot.ErrNotRetained
 	}
 	return entry.store.At(uint64(last))
+}
+
+// notOlderThan serves a read at resourceVersion ≥ minRV. A store already
+// there answers at once. Otherwise, with etcd, the last change of the
+// resource at or before minRV is all the store must hold (the read is then
+// served at minRV); when etcd itself has not reached minRV in time, the
+// answer is the apiserver's 504 "Too large resource version". Without etcd
+// the store waits for minRV, and on timeout the request passes through (a
+// nil snapshot and status) so the apiserver decides.
+func (l *Lists) notOlderThan(ctx context.Context, entry *storeEntry, minRV uint64) (*snapshot.Snapshot, uint64, *apierrors.StatusError) {
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.NotOlderThanWait)
+	defer cancel()
+	if snap, rv, err := entry.store.Latest(); err == nil && rv >= minRV {
+		return snap, rv, nil
+	}
+	ft := l.freshFor(ctx, entry)
+	if l.cfg.Freshness == nil || ft == nil || !ft.verified {
+		snap, rv, err := entry.store.WaitFor(ctx, minRV)
+		if err != nil {
+			return nil, 0, nil
+		}
+		return snap, rv, nil
+	}
+	last, err := ft.tracker.LastChangeAtOrBefore(ctx, int64(minRV))
+	if err != nil {
+		if ctx.Err() == nil {
+			return nil, 0, nil // etcd trouble: let the apiserver answer
+		}
+		probeCtx, cancelProbe := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancelProbe()
+		current, err := l.cfg.Freshness.CurrentRevision(probeCtx)
+		if err != nil || uint64(current) >= minRV {
+			return nil, 0, nil
+		}
+		return nil, 0, paging.TooLargeResourceVersionError(minRV, uint64(current))
+	}
+	snap, rv, err := entry.store.WaitFor(ctx, uint64(last))
+	if err != nil {
+		return nil, 0, nil
+	}
+	return snap, max(rv, minRV), nil
 }
 
 // compacted reports whether etcd has compacted revision rv.

@@ -433,9 +433,16 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 	case paging.ServeLatest:
 		snap, rv, err = store.Latest()
 	case paging.ServeNotOlderThan:
-		ctx, cancel := context.WithTimeout(r.Context(), l.cfg.NotOlderThanWait)
-		snap, rv, err = store.WaitFor(ctx, d.RV)
-		cancel()
+		var status *apierrors.StatusError
+		snap, rv, status = l.notOlderThan(r.Context(), entry, d.RV)
+		if status != nil {
+			w.Header().Set(HeaderServedFrom, SourceSnapshot)
+			WriteStatus(w, status)
+			return true, "resource_version_too_large"
+		}
+		if snap == nil {
+			return false, "not_older_than_timeout"
+		}
 	case paging.ServeExact:
 		rv = d.RV
 		snap, err = store.At(rv)

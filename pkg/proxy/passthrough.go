@@ -12,37 +12,84 @@ import (
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
 )
 
-// passthrough forwards requests to the apiserver with listproxy's own
-// credentials. Request and response travel unchanged except for hop-by-hop
-// headers and the caller's credentials, which are removed (sidecar mode: the
-// caller is trusted and listproxy's identity is used).
+// passthrough forwards requests to the apiserver. Request and response
+// travel unchanged except for hop-by-hop headers and credentials.
+//
+// In sidecar mode the caller is trusted: its credentials and identity
+// assertions are removed and listproxy's own credentials are used. In service
+// mode (delegated) the caller's identity is carried: a caller who
+// authenticated with a bearer token is forwarded with that token (and its own
+// Impersonate-* headers, which the apiserver checks) over a transport without
+// any of listproxy's credentials; a certificate caller is forwarded with
+// listproxy's credentials and impersonation headers naming the caller.
 type passthrough struct {
 	target    *url.URL
-	transport *upgradeAwareTransport
+	delegated bool
+	transport *upgradeAwareTransport // listproxy's own credentials
+	caller    *upgradeAwareTransport // no credentials: the caller's token travels in the request
 	proxy     *httputil.ReverseProxy
 }
 
-// strippedHeaders are caller credentials and identity assertions that must
-// not reach the apiserver under listproxy's identity. X-Remote-* are the
-// default request-header (front proxy) names, honoured by the apiserver only
-// from a front-proxy client certificate; stripping them is defence in depth.
-var strippedHeaders = []string{"Authorization", "X-Remote-User", "X-Remote-Group"}
+// strippedHeaders are identity assertions that never reach the apiserver.
+// X-Remote-* are the default request-header (front proxy) names, honoured by
+// the apiserver only from a front-proxy client certificate; stripping them is
+// defence in depth.
+var strippedHeaders = []string{"X-Remote-User", "X-Remote-Group"}
 
 // strippedHeaderPrefixes are stripped like strippedHeaders (canonical form).
-var strippedHeaderPrefixes = []string{"Impersonate-", "X-Remote-Extra-"}
+var strippedHeaderPrefixes = []string{"X-Remote-Extra-"}
+
+// callerCredentialHeaders and callerCredentialPrefixes are the caller's
+// credentials and impersonation requests: stripped unless the request is
+// forwarded with the caller's own token.
+var (
+	callerCredentialHeaders  = []string{"Authorization"}
+	callerCredentialPrefixes = []string{"Impersonate-"}
+)
 
 // forwardedHeaders are removed by ReverseProxy before Rewrite; they are
 // restored so that the apiserver sees the request as the client sent it.
 var forwardedHeaders = []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
-func newPassthrough(upstream *rest.Config) (*passthrough, error) {
+// newPassthrough forwards to upstream; delegated is service mode.
+func newPassthrough(upstream *rest.Config, delegated bool) (*passthrough, error) {
 	target, _, err := rest.DefaultServerUrlFor(upstream)
 	if err != nil {
 		return nil, fmt.Errorf("apiserver URL: %w", err)
 	}
+	own, err := newUpgradeAwareTransport(upstream)
+	if err != nil {
+		return nil, err
+	}
+	p := &passthrough{target: target, delegated: delegated, transport: own}
+	if delegated {
+		// Only the apiserver's address and how to trust it: no token,
+		// client certificate, exec plugin or impersonation of listproxy's
+		// may travel with a caller's token.
+		if p.caller, err = newUpgradeAwareTransport(rest.AnonymousClientConfig(upstream)); err != nil {
+			return nil, err
+		}
+	}
+	p.proxy = &httputil.ReverseProxy{
+		Rewrite:   p.rewrite,
+		Transport: identityTransport{p},
+		// Flush every write: watch events must reach the client as they
+		// arrive. Large responses still stream through a fixed buffer.
+		FlushInterval:  -1,
+		ModifyResponse: p.modifyResponse,
+		ErrorHandler:   p.handleError,
+		ErrorLog:       klog.NewStandardLogger("WARNING"),
+	}
+	return p, nil
+}
+
+// newUpgradeAwareTransport returns the transport of config upstream for
+// pass-through.
+func newUpgradeAwareTransport(upstream *rest.Config) (*upgradeAwareTransport, error) {
 	cfg := rest.CopyConfig(upstream)
 	// Never decompress transparently: Accept-Encoding is the client's, and
 	// gzip passes through as negotiated between client and apiserver.
@@ -67,22 +114,7 @@ func newPassthrough(upstream *rest.Config) (*passthrough, error) {
 	if err != nil {
 		return nil, fmt.Errorf("apiserver upgrade transport: %w", err)
 	}
-
-	p := &passthrough{
-		target:    target,
-		transport: &upgradeAwareTransport{rt: rt, upgrade: upgradeRT},
-	}
-	p.proxy = &httputil.ReverseProxy{
-		Rewrite:   p.rewrite,
-		Transport: p.transport,
-		// Flush every write: watch events must reach the client as they
-		// arrive. Large responses still stream through a fixed buffer.
-		FlushInterval:  -1,
-		ModifyResponse: p.modifyResponse,
-		ErrorHandler:   p.handleError,
-		ErrorLog:       klog.NewStandardLogger("WARNING"),
-	}
-	return p, nil
+	return &upgradeAwareTransport{rt: rt, upgrade: upgradeRT}, nil
 }
 
 func (p *passthrough) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -91,6 +123,34 @@ func (p *passthrough) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (p *passthrough) closeIdleConnections() {
 	p.transport.CloseIdleConnections()
+	if p.caller != nil {
+		p.caller.CloseIdleConnections()
+	}
+}
+
+// errNoCaller fails a service-mode request that reached pass-through without
+// an authenticated caller; it is never sent with listproxy's credentials.
+var errNoCaller = errors.New("listproxy: no authenticated caller for a pass-through request")
+
+// identityTransport sends each request with the identity rewrite prepared
+// it for (see passthrough).
+type identityTransport struct{ p *passthrough }
+
+func (t identityTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !t.p.delegated {
+		return t.p.transport.RoundTrip(req)
+	}
+	c, ok := callerFrom(req.Context())
+	switch {
+	case !ok:
+		return nil, errNoCaller
+	case c.ownToken:
+		return t.p.caller.RoundTrip(req)
+	default:
+		// rewrite removed the caller's own Impersonate-* headers, so these
+		// are the only ones.
+		return transport.NewImpersonatingRoundTripper(c.impersonation(), t.p.transport).RoundTrip(req)
+	}
 }
 
 func (p *passthrough) rewrite(pr *httputil.ProxyRequest) {
@@ -101,11 +161,19 @@ func (p *passthrough) rewrite(pr *httputil.ProxyRequest) {
 			h[name] = v
 		}
 	}
-	for _, name := range strippedHeaders {
+	deleteHeaders(h, strippedHeaders, strippedHeaderPrefixes)
+	if c, ok := callerFrom(pr.In.Context()); !ok || !c.ownToken {
+		deleteHeaders(h, callerCredentialHeaders, callerCredentialPrefixes)
+	}
+}
+
+// deleteHeaders deletes the named headers and those starting with a prefix.
+func deleteHeaders(h http.Header, names, prefixes []string) {
+	for _, name := range names {
 		h.Del(name)
 	}
 	for name := range h {
-		for _, prefix := range strippedHeaderPrefixes {
+		for _, prefix := range prefixes {
 			if strings.HasPrefix(http.CanonicalHeaderKey(name), prefix) {
 				delete(h, name)
 			}

@@ -1,6 +1,8 @@
 // Package proxy is listproxy's HTTP edge: it serves /healthz, /readyz and
 // /metrics itself, offers cacheable LIST requests to a ListServer, and passes
-// every other request through to the apiserver unchanged.
+// every other request through to the apiserver unchanged. In service mode
+// (Config.Auth) it authenticates callers, authorizes their cached LISTs, and
+// passes requests through with the caller's identity.
 package proxy
 
 import (
@@ -29,14 +31,26 @@ type ListServer interface {
 	ServeList(w http.ResponseWriter, r *http.Request) bool
 }
 
+// ListFilter may be implemented by a ListServer. Cacheable reports, without
+// side effects, whether r could be answered from a snapshot at all. In
+// service mode only such LISTs are authorized by listproxy; the others pass
+// through and the apiserver authorizes them. Without ListFilter every LIST
+// is authorized by listproxy.
+type ListFilter interface {
+	Cacheable(r *http.Request) bool
+}
+
 // HeaderServedFrom is set on every API response and names who answered it:
-// SourceAPIServer or SourceSnapshot.
+// SourceAPIServer, SourceSnapshot or SourceListproxy.
 const HeaderServedFrom = "X-Listproxy-Served-From"
 
 // Values of HeaderServedFrom and of the "source" metric label.
 const (
 	SourceAPIServer = "apiserver"
 	SourceSnapshot  = "snapshot"
+	// SourceListproxy: listproxy refused the request itself (401, 403 in
+	// service mode) without reading a snapshot or the apiserver.
+	SourceListproxy = "listproxy"
 )
 
 // Paths served by listproxy itself rather than by the apiserver.
@@ -53,9 +67,15 @@ var errShuttingDown = errors.New("listproxy is shutting down")
 // Config configures a Handler.
 type Config struct {
 	// Upstream locates the apiserver and carries listproxy's own credentials,
-	// which every pass-through request uses. Required. NewHandler does not
-	// modify it.
+	// which every pass-through request uses unless Auth is set. Required.
+	// NewHandler does not modify it.
 	Upstream *rest.Config
+	// Auth, when set, is service mode: every API request and /metrics must
+	// be authenticated (401 otherwise), LISTs are authorized for the caller
+	// before a ListServer sees them, and pass-through requests carry the
+	// caller's identity. Nil is sidecar mode: callers are trusted and
+	// listproxy's credentials are used.
+	Auth *AuthConfig
 	// Lists is offered every request whose Kubernetes verb is list, before it
 	// passes through. Nil passes everything through.
 	Lists ListServer
@@ -74,6 +94,7 @@ type Config struct {
 // then Shutdown when the server stops.
 type Handler struct {
 	lists     ListServer
+	auth      *auth // nil in sidecar mode
 	pass      *passthrough
 	ready     *readiness
 	metrics   *metrics
@@ -108,12 +129,23 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	pass, err := newPassthrough(cfg.Upstream)
+	var a *auth
+	if cfg.Auth != nil {
+		am, err := newAuthMetrics(reg)
+		if err != nil {
+			return nil, err
+		}
+		if a, err = newAuth(cfg.Auth, cfg.Upstream, am); err != nil {
+			return nil, err
+		}
+	}
+	pass, err := newPassthrough(cfg.Upstream, a != nil)
 	if err != nil {
 		return nil, err
 	}
 	h := &Handler{
 		lists:   cfg.Lists,
+		auth:    a,
 		pass:    pass,
 		ready:   newReadiness(pass.transport, pass.target, clk),
 		metrics: m,
@@ -135,6 +167,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case pathReadyz:
 		h.serveReadyz(w, r)
 	case pathMetrics:
+		if h.auth != nil {
+			var ok bool
+			if r, ok = h.auth.authenticate(w, r); !ok || !h.auth.authorizeNonResource(w, r) {
+				return
+			}
+		}
 		if h.metricsH == nil {
 			WriteStatus(w, notFoundError())
 			return
@@ -179,7 +217,33 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		h.metrics.observe(kind.verb, source, rec.statusCode(), h.clock.Since(start))
 	}()
 
-	if h.lists != nil && kind.verb == verbList {
+	cacheable := h.lists != nil && kind.verb == verbList
+	if h.auth != nil {
+		var ok bool
+		if r, ok = h.auth.authenticate(rec, r); !ok {
+			source = SourceListproxy
+			return
+		}
+		switch {
+		case !cacheable:
+		case hasImpersonation(r.Header):
+			// Only the apiserver can check the caller's right to
+			// impersonate; never answer such a request from a snapshot.
+			cacheable = false
+		case !h.mayServe(r):
+			cacheable = false
+		default:
+			switch h.auth.authorizeList(rec, r) {
+			case listAnswered:
+				source = SourceListproxy
+				return
+			case listPassThrough:
+				cacheable = false
+			}
+		}
+	}
+
+	if cacheable {
 		rec.Header().Set(HeaderServedFrom, SourceSnapshot)
 		if h.lists.ServeList(rec, r) {
 			source = SourceSnapshot
@@ -206,6 +270,12 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 	}
 	h.pass.ServeHTTP(rec, r)
+}
+
+// mayServe reports whether h.lists might answer r (see ListFilter).
+func (h *Handler) mayServe(r *http.Request) bool {
+	f, ok := h.lists.(ListFilter)
+	return !ok || f.Cacheable(r)
 }
 
 // Verbs used as the "verb" metric label.

@@ -17,17 +17,25 @@ import (
 )
 
 // Listproxy is a listproxy running in the test process in front of a
-// control plane, serving plain HTTP on a loopback port.
+// control plane, serving plain HTTP on a loopback port, or HTTPS with
+// --authentication=delegated.
 type Listproxy struct {
-	URL    string
+	URL string
+	// CAFile verifies listproxy's serving certificate (HTTPS only).
+	CAFile string
 	cp     *ControlPlane
 	cancel context.CancelFunc
 	done   chan error
+	client *http.Client
 }
 
 // StartListproxy runs listproxy in-process with args (flags as on the command
 // line) in front of cp, using cp's admin credentials upstream. It waits for
 // /readyz and stops listproxy when the test ends.
+//
+// With --authentication=delegated and neither --tls-cert-file nor
+// --cert-dir, listproxy generates its self-signed certificate in a temporary
+// directory, and CAFile names its CA.
 func StartListproxy(t testing.TB, cp *ControlPlane, args ...string) *Listproxy {
 	t.Helper()
 	lp, err := startListproxy(cp, t.TempDir(), args)
@@ -53,6 +61,9 @@ func startListproxy(cp *ControlPlane, dir string, args []string) (*Listproxy, er
 	if err := fs.Parse(append([]string{"--kubeconfig=" + kubeconfig}, args...)); err != nil {
 		return nil, err
 	}
+	if opts.Auth.Mode == app.AuthenticationDelegated && opts.Auth.TLSCertFile == "" && opts.Auth.CertDir == "" {
+		opts.Auth.CertDir = filepath.Join(dir, "serving")
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -66,10 +77,22 @@ func startListproxy(cp *ControlPlane, dir string, args []string) (*Listproxy, er
 	}
 	cfg.Listener = ln
 	ctx, cancel := context.WithCancel(context.Background())
-	lp := &Listproxy{URL: "http://" + ln.Addr().String(), cp: cp, cancel: cancel, done: make(chan error, 1)}
+	lp := &Listproxy{URL: "http://" + ln.Addr().String(), cp: cp, cancel: cancel, done: make(chan error, 1), client: http.DefaultClient}
+	if cfg.Serving != nil {
+		lp.URL = "https://" + ln.Addr().String()
+		lp.CAFile = cfg.Serving.CAFile
+		if lp.CAFile == "" {
+			lp.CAFile = cp.CAFile // a --tls-cert-file from the control plane's CA
+		}
+		if lp.client, err = rest.HTTPClientFor(lp.Config()); err != nil {
+			cancel()
+			_ = ln.Close()
+			return nil, err
+		}
+	}
 	go func() { lp.done <- app.Run(ctx, cfg) }()
 	if err := lp.waitReady(30 * time.Second); err != nil {
-		lp.Stop()
+		_ = lp.Stop()
 		return nil, err
 	}
 	return lp, nil
@@ -80,7 +103,7 @@ func (lp *Listproxy) waitReady(timeout time.Duration) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		resp, err := http.Get(lp.URL + "/readyz")
+		resp, err := lp.client.Get(lp.URL + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -114,8 +137,29 @@ func (lp *Listproxy) Stop() error {
 }
 
 // Config returns a client config that reaches the apiserver through
-// listproxy. In sidecar mode listproxy uses its own credentials, so none are
-// set.
+// listproxy, without credentials: in sidecar mode listproxy uses its own.
+// Over HTTPS it trusts listproxy's serving certificate.
 func (lp *Listproxy) Config() *rest.Config {
-	return &rest.Config{Host: lp.URL, QPS: 500, Burst: 1000}
+	return &rest.Config{Host: lp.URL, TLSClientConfig: rest.TLSClientConfig{CAFile: lp.CAFile}, QPS: clientQPS, Burst: clientBurst}
+}
+
+// UserConfig returns Config with the bearer token of a static-token user
+// of the control plane (delegated mode).
+func (lp *Listproxy) UserConfig(user string) *rest.Config {
+	cfg := lp.Config()
+	cfg.BearerToken = lp.cp.UserToken(user)
+	return cfg
+}
+
+// ClientCertConfig returns Config with a client certificate for user and
+// groups signed by the control plane's client CA (delegated mode, with
+// --client-ca-file=cp.CAFile).
+func (lp *Listproxy) ClientCertConfig(user string, groups ...string) (*rest.Config, error) {
+	certCfg, err := lp.cp.ClientCertConfig(user, groups...)
+	if err != nil {
+		return nil, err
+	}
+	cfg := lp.Config()
+	cfg.CertData, cfg.KeyData = certCfg.CertData, certCfg.KeyData
+	return cfg, nil
 }

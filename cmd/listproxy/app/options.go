@@ -28,8 +28,8 @@ type Options struct {
 	// Kubeconfig is the path of a kubeconfig with the apiserver and
 	// listproxy's credentials. Empty: in-cluster configuration.
 	Kubeconfig string
-	// ListenAddress is the host:port served over plain HTTP. The host must be
-	// a loopback address.
+	// ListenAddress is the host:port served: plain HTTP on a loopback
+	// address in sidecar mode, HTTPS on any address in delegated mode.
 	ListenAddress string
 	// ShutdownGracePeriod bounds how long in-flight requests may take to
 	// finish once shutdown begins.
@@ -39,6 +39,8 @@ type Options struct {
 	ShutdownDelay time.Duration
 	// Cache configures serving LISTs from snapshots.
 	Cache CacheOptions
+	// Auth configures authentication, authorization and TLS.
+	Auth AuthOptions
 }
 
 // NewOptions returns Options with defaults.
@@ -47,6 +49,7 @@ func NewOptions() *Options {
 		ListenAddress:       defaultListenAddress,
 		ShutdownGracePeriod: defaultShutdownGracePeriod,
 		Cache:               newCacheOptions(),
+		Auth:                newAuthOptions(),
 	}
 }
 
@@ -55,20 +58,19 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig,
 		"Path to a kubeconfig file naming the apiserver and listproxy's own credentials for it. If empty, the in-cluster configuration (service account) is used.")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress,
-		"host:port to serve plain HTTP on. The host must be a loopback address (for example 127.0.0.1, ::1 or localhost): in this mode listproxy passes requests through with its own credentials and performs no authentication.")
+		"host:port to serve on. With --authentication=none (plain HTTP, no authentication, listproxy's credentials for everything) the host must be a loopback address (for example 127.0.0.1, ::1 or localhost). With --authentication=delegated (HTTPS) any address, e.g. 0.0.0.0:8443.")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod,
 		"On SIGTERM or SIGINT, how long in-flight requests may take to finish before their connections are closed. Watches and upgraded connections (exec, attach, port-forward) are ended at once.")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay,
 		"On SIGTERM or SIGINT, how long to keep serving with /readyz failing before stopping to accept requests, so that load balancers notice first.")
 	o.Cache.addFlags(fs)
+	o.Auth.addFlags(fs)
 }
 
 // Validate checks o and returns every problem found, each naming its flag.
 func (o *Options) Validate() error {
 	var errs []error
-	if err := validateLoopback(o.ListenAddress); err != nil {
-		errs = append(errs, fmt.Errorf("--listen-address: %w", err))
-	}
+	errs = append(errs, o.Auth.validate(o.ListenAddress)...)
 	if o.ShutdownGracePeriod < 0 {
 		errs = append(errs, fmt.Errorf("--shutdown-grace-period: must not be negative, got %v", o.ShutdownGracePeriod))
 	}
@@ -79,9 +81,9 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// validateLoopback checks that addr is host:port with a loopback host.
-func validateLoopback(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
+// validateHostPort checks that addr is host:port with a non-zero port.
+func validateHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("want host:port: %w", err)
 	}
@@ -89,6 +91,15 @@ func validateLoopback(addr string) error {
 		return fmt.Errorf("invalid port %q", port)
 	} else if p == 0 {
 		return errors.New("port must not be 0")
+	}
+	return nil
+}
+
+// validateLoopback checks that host:port addr has a loopback host.
+func validateLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port: %w", err)
 	}
 	if host == "localhost" {
 		return nil
@@ -119,6 +130,10 @@ type Config struct {
 	// Cache, when set and Lists is nil, makes Run serve LISTs from
 	// snapshots. Nil passes everything through.
 	Cache *CacheOptions
+	// Serving, when set, serves HTTPS; nil serves plain HTTP.
+	Serving *ServingConfig
+	// Auth, when set, is delegated mode (see proxy.Config.Auth).
+	Auth *proxy.AuthConfig
 }
 
 // Complete loads the upstream configuration and returns the Config to Run.
@@ -152,7 +167,13 @@ func (o *Options) Complete() (*Config, error) {
 		c := o.Cache
 		cache = &c
 	}
+	serving, authCfg, err := o.Auth.complete(o.ListenAddress)
+	if err != nil {
+		return nil, err
+	}
 	return &Config{
+		Serving:             serving,
+		Auth:                authCfg,
 		Cache:               cache,
 		Upstream:            upstream,
 		ListenAddress:       o.ListenAddress,

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -48,9 +49,16 @@ func Run(ctx context.Context, cfg *Config) error {
 			return err
 		}
 	}
-	h, err := proxy.NewHandler(proxy.Config{Upstream: cfg.Upstream, Lists: lists, Registry: reg})
+	h, err := proxy.NewHandler(proxy.Config{Upstream: cfg.Upstream, Lists: lists, Registry: reg, Auth: cfg.Auth})
 	if err != nil {
 		return err
+	}
+	var tlsConfig *tls.Config
+	if cfg.Serving != nil {
+		if tlsConfig, err = cfg.Serving.tlsConfig(cacheCtx); err != nil {
+			_ = h.Shutdown(context.Background())
+			return err
+		}
 	}
 	ln := cfg.Listener
 	if ln == nil {
@@ -63,12 +71,19 @@ func Run(ctx context.Context, cfg *Config) error {
 
 	srv := &http.Server{
 		Handler:           h,
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ErrorLog:          klog.NewStandardLogger("WARNING"),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	klog.InfoS("Serving", "address", ln.Addr().String(), "apiserver", cfg.Upstream.Host)
+	go func() {
+		if tlsConfig != nil {
+			serveErr <- srv.ServeTLS(ln, "", "")
+		} else {
+			serveErr <- srv.Serve(ln)
+		}
+	}()
+	klog.InfoS("Serving", "address", ln.Addr().String(), "tls", tlsConfig != nil, "authentication", cfg.Auth != nil, "apiserver", cfg.Upstream.Host)
 
 	select {
 	case err := <-serveErr:
