@@ -43,8 +43,11 @@ func (s *apiSource) do(ctx context.Context, q url.Values, accept string) (*http.
 	}
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
-	if resp.StatusCode == http.StatusGone {
+	switch resp.StatusCode {
+	case http.StatusGone:
 		return nil, fmt.Errorf("%s: %s: %w", s.path, body, snapshot.ErrGone)
+	case http.StatusNotFound:
+		return nil, fmt.Errorf("%s: %s: %w", s.path, body, snapshot.ErrNotFound)
 	}
 	return nil, fmt.Errorf("%s: HTTP %d: %s", s.path, resp.StatusCode, body)
 }

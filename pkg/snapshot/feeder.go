@@ -56,9 +56,16 @@ type WatchEvent struct {
 	ResourceVersion string
 }
 
-// ErrGone means the requested resourceVersion is no longer available
-// (HTTP 410 or a watch ERROR event); the feeder relists.
-var ErrGone = errors.New("resource version gone")
+// Errors a Source reports.
+var (
+	// ErrGone means the requested resourceVersion is no longer available
+	// (HTTP 410 or a watch ERROR event); the feeder relists.
+	ErrGone = errors.New("resource version gone")
+	// ErrNotFound means the apiserver no longer serves the resource (HTTP
+	// 404, e.g. its CustomResourceDefinition was deleted); the store stops
+	// serving until a list succeeds again.
+	ErrNotFound = errors.New("resource not served")
+)
 
 // Extractor builds an Entry (Key, Namespace, Name, RV, Labels, Fields) from an
 // item's bytes. It must copy raw into Entry.Raw if it keeps it.
@@ -106,6 +113,9 @@ func (f *Feeder) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if rv == "" {
 			listRV, err := f.list(ctx)
+			if errors.Is(err, ErrNotFound) {
+				f.cfg.Store.Unsync()
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					klog.ErrorS(err, "List failed; retrying", "store", f.cfg.Name)
@@ -121,6 +131,12 @@ func (f *Feeder) Run(ctx context.Context) {
 		lastRV, progressed, err := f.watch(ctx, rv)
 		if ctx.Err() != nil {
 			return
+		}
+		if errors.Is(err, ErrNotFound) {
+			f.cfg.Store.Unsync()
+			rv = ""
+			f.sleep(ctx, &backoff)
+			continue
 		}
 		rv = lastRV
 		reason := "closed"

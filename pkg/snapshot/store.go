@@ -175,12 +175,12 @@ func (s *Store) Changed() <-chan struct{} { return s.current.Load().next }
 // the newest retained snapshot at or before rv, provided the store has seen
 // every change up to rv.
 func (s *Store) At(rv uint64) (*Snapshot, error) {
-	if snap, ok := s.pins.Get(rv); ok {
-		return snap, nil
-	}
 	v := s.current.Load()
 	if !v.synced {
 		return nil, ErrNotSynced
+	}
+	if snap, ok := s.pins.Get(rv); ok {
+		return snap, nil
 	}
 	if rv > v.progress || len(v.history) == 0 || rv < v.history[0].rv {
 		return nil, ErrNotRetained
@@ -254,6 +254,17 @@ func (s *Store) MarkProgress(rv uint64) {
 	old := s.current.Load()
 	if rv > old.progress {
 		s.publishLocked(&view{latest: old.latest, progress: rv, history: old.history, synced: old.synced})
+	}
+	s.mu.Unlock()
+}
+
+// Unsync marks the store as not holding a usable list (its resource is gone)
+// until the next Replace. Readers get ErrNotSynced.
+func (s *Store) Unsync() {
+	s.mu.Lock()
+	old := s.current.Load()
+	if old.synced {
+		s.publishLocked(&view{latest: old.latest, progress: old.progress, history: old.history})
 	}
 	s.mu.Unlock()
 }

@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/listproxy/listproxy/pkg/snapshot/wire"
+	"github.com/listproxy/listproxy/test/framework"
+)
+
+var gizmoGVR = schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "gizmos"}
+
+const gizmoPath = "/apis/demo.listproxy.io/v1/gizmos"
+
+func gizmoCRD(selectable string) *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gizmos.demo.listproxy.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "demo.listproxy.io",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gizmos", Singular: "gizmo", Kind: "Gizmo", ListKind: "GizmoList"},
+			Scope: apiextensionsv1.ClusterScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"shape": {Type: "string"}, "tone": {Type: "string"},
+					}}},
+				}},
+				SelectableFields: []apiextensionsv1.SelectableField{{JSONPath: "." + selectable}},
+			}},
+		},
+	}
+}
+
+// TestDiscoveryFollowsCRDs: a CRD created after listproxy started is served
+// from snapshots; once deleted, listproxy answers as the apiserver does (404),
+// never with stale objects; recreated with another schema, only the new
+// objects are served, with the new selectable field.
+func TestDiscoveryFollowsCRDs(t *testing.T) {
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	lp := framework.StartListproxy(t, cp, "--discovery-refresh-interval=1s")
+	lpc, apic := newRawClient(t, lp.Config()), newRawClient(t, cp.AdminConfig)
+	crds := apiextensionsclient.NewForConfigOrDie(cp.AdminConfig).ApiextensionsV1().CustomResourceDefinitions()
+	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig)
+	ctx := context.Background()
+
+	createGizmos := func(prefix, field string, n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			obj := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "demo.listproxy.io/v1", "kind": "Gizmo",
+				"metadata": map[string]any{"name": fmt.Sprintf("%s-%d", prefix, i)},
+				"spec":     map[string]any{field: fmt.Sprint("v", i%2)},
+			}}
+			err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+				_, err := dyn.Resource(gizmoGVR).Create(ctx, obj, metav1.CreateOptions{})
+				return err == nil, nil // the CRD may not be served yet
+			})
+			if err != nil {
+				t.Fatalf("create gizmo: %v", err)
+			}
+		}
+	}
+	// servedEqual polls until listproxy serves q from a snapshot with the
+	// apiserver's items at the same resourceVersion.
+	servedEqual := func(q url.Values) {
+		t.Helper()
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			code, hdr, body, err := lpc.get(ctx, gizmoPath, q, acceptJSON)
+			if err != nil || code != http.StatusOK || hdr.Get("X-Listproxy-Served-From") != "snapshot" {
+				last = fmt.Sprintf("HTTP %d from %q: %v", code, hdr.Get("X-Listproxy-Served-From"), err)
+				return false, nil
+			}
+			lpPage, err := decodePage(wire.JSON, body)
+			if err != nil {
+				return false, err
+			}
+			oracle := url.Values{"resourceVersion": {lpPage.env.ListMeta.ResourceVersion}, "resourceVersionMatch": {"Exact"}}
+			for k, v := range q {
+				if k != "resourceVersion" {
+					oracle[k] = v
+				}
+			}
+			_, _, apiBody, err := apic.get(ctx, gizmoPath, oracle, acceptJSON)
+			if err != nil {
+				return false, err
+			}
+			apiPage, err := decodePage(wire.JSON, apiBody)
+			if err != nil {
+				return false, err
+			}
+			last = comparePages(lpPage, apiPage, false)
+			return last == "", nil
+		})
+		if err != nil {
+			t.Fatalf("listproxy never served %v equal to the apiserver: %s", q, last)
+		}
+	}
+
+	// 1. Created after listproxy started.
+	if _, err := crds.Create(ctx, gizmoCRD("spec.shape"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	createGizmos("old", "shape", 5)
+	servedEqual(url.Values{"resourceVersion": {"0"}})
+	servedEqual(url.Values{"resourceVersion": {"0"}, "fieldSelector": {"spec.shape=v1"}})
+
+	// 2. Deleted: once the apiserver says 404, so does listproxy, promptly.
+	if err := crds.Delete(ctx, "gizmos.demo.listproxy.io", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus := func(c rawClient, who string, want int) {
+		t.Helper()
+		var got int
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			code, _, _, err := c.get(ctx, gizmoPath, url.Values{"resourceVersion": {"0"}}, acceptJSON)
+			got = code
+			return err == nil && code == want, nil
+		})
+		if err != nil {
+			t.Fatalf("%s: list answered HTTP %d, want %d", who, got, want)
+		}
+	}
+	waitStatus(apic, "apiserver", http.StatusNotFound)
+	start := time.Now()
+	waitStatus(lpc, "listproxy", http.StatusNotFound)
+	t.Logf("listproxy answered 404 %v after the apiserver", time.Since(start).Round(time.Millisecond))
+
+	// 3. Recreated with another selectable field: only new objects, and the
+	// new field selects.
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := crds.Create(ctx, gizmoCRD("spec.tone"), metav1.CreateOptions{})
+		return err == nil, nil // the old one may still be terminating
+	})
+	if err != nil {
+		t.Fatalf("recreate CRD: %v", err)
+	}
+	createGizmos("new", "tone", 4)
+	servedEqual(url.Values{"resourceVersion": {"0"}})
+	servedEqual(url.Values{"resourceVersion": {"0"}, "fieldSelector": {"spec.tone=v0"}})
+}
