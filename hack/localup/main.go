@@ -97,7 +97,11 @@ func run() error {
 		if err := cp.Stop(); err != nil {
 			logf("stop control plane: %v", err)
 		}
-		os.Remove(pidFile)
+		// The file may not exist if writing it failed; a stale one is
+		// checked against the running programs by the next run anyway.
+		if err := os.Remove(pidFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+			logf("remove pid file: %v", err)
+		}
 	}()
 	if err := writePIDs(pidFile, procs); err != nil {
 		return err
@@ -180,8 +184,7 @@ func run() error {
 		fmt.Println()
 		return nil
 	case <-listproxyDone:
-		_, err := listproxy.Exited()
-		return fmt.Errorf("listproxy exited: %v\n%s", err, framework.LogTail(listproxy.LogFile, 50))
+		return listproxy.ExitError()
 	}
 }
 
@@ -190,7 +193,6 @@ func waitReady(ctx context.Context, p *framework.Process, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	client := &http.Client{Timeout: 5 * time.Second}
-	last := errors.New("not polled yet")
 	for {
 		resp, err := client.Get(url)
 		if err == nil {
@@ -200,13 +202,11 @@ func waitReady(ctx context.Context, p *framework.Process, url string) error {
 			}
 			err = fmt.Errorf("%s: %s", url, resp.Status)
 		}
-		last = err
 		select {
 		case <-p.Done():
-			_, exitErr := p.Exited()
-			return fmt.Errorf("%s exited: %v\n%s", p.Name, exitErr, framework.LogTail(p.LogFile, 50))
+			return p.ExitError()
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w (last error: %v)\n%s", p.Name, ctx.Err(), last, framework.LogTail(p.LogFile, 50))
+			return fmt.Errorf("%s not ready: %w (last error: %w)\n%s", p.Name, ctx.Err(), err, framework.LogTail(p.LogFile, 50))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -31,17 +31,20 @@ type freshTracker struct {
 func (l *Lists) consistent(ctx context.Context, entry *storeEntry) (*snapshot.Snapshot, uint64, string) {
 	start := time.Now()
 	resource := entry.info.GVR.GroupResource().String()
+	// The timeout bounds the whole proof, including a first verification
+	// of the prefix (an etcd read that blocks while etcd is unreachable).
+	ctx, cancel := context.WithTimeout(ctx, l.consistentReadTimeout())
+	defer cancel()
 	ft := l.freshFor(ctx, entry)
-	if ft == nil || !ft.verified {
+	switch {
+	case ft == nil:
+		// etcd could not be read to verify the prefix (yet): a failed probe.
+		l.cfg.FreshnessMetrics.observe(resource, "probe_failed", time.Since(start))
+		return nil, 0, "probe_failed"
+	case !ft.verified:
 		l.cfg.FreshnessMetrics.observe(resource, "prefix_unverified", time.Since(start))
 		return nil, 0, "prefix_unverified"
 	}
-	timeout := l.cfg.ConsistentReadTimeout
-	if timeout <= 0 {
-		timeout = 3 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	etcdRev, err := l.cfg.Freshness.CurrentRevision(ctx)
 	if err != nil {
 		l.cfg.FreshnessMetrics.observe(resource, "probe_failed", time.Since(start))
@@ -61,10 +64,21 @@ func (l *Lists) consistent(ctx context.Context, entry *storeEntry) (*snapshot.Sn
 	return snap, max(rv, uint64(etcdRev)), "consistent"
 }
 
+// consistentReadTimeout bounds proving the freshness of one read.
+func (l *Lists) consistentReadTimeout() time.Duration {
+	if l.cfg.ConsistentReadTimeout <= 0 {
+		return 3 * time.Second
+	}
+	return l.cfg.ConsistentReadTimeout
+}
+
 // freshFor starts entry's tracker on first use and verifies its prefix: the
 // number of keys under it at the snapshot's resourceVersion must equal the
 // snapshot's object count, else the prefix is wrong and consistent reads of
-// the resource would be unprovable.
+// the resource would be unprovable. It returns nil while the prefix could
+// not be verified (etcd unreachable within ctx, or the snapshot's revision
+// compacted), and a tracker that is not verified for a wrong prefix. Callers
+// bound ctx: other callers wait on freshMu meanwhile.
 func (l *Lists) freshFor(ctx context.Context, entry *storeEntry) *freshTracker {
 	entry.freshMu.Lock()
 	defer entry.freshMu.Unlock()
@@ -107,16 +121,15 @@ const freshRetryInterval = 5 * time.Second
 // says which change of the resource was the last at or before rv, and once
 // the store holds it, the snapshot at that change is the state at rv.
 func (l *Lists) atProven(ctx context.Context, entry *storeEntry, rv uint64) (*snapshot.Snapshot, error) {
-	ft := l.freshFor(ctx, entry)
-	if l.cfg.Freshness == nil || ft == nil || !ft.verified {
+	if l.cfg.Freshness == nil {
 		return nil, snapshot.ErrNotRetained
 	}
-	timeout := l.cfg.ConsistentReadTimeout
-	if timeout <= 0 {
-		timeout = 3 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, l.consistentReadTimeout())
 	defer cancel()
+	ft := l.freshFor(ctx, entry)
+	if ft == nil || !ft.verified {
+		return nil, snapshot.ErrNotRetained
+	}
 	last, err := ft.tracker.LastChangeAtOrBefore(ctx, int64(rv))
 	if err != nil {
 		return nil, snapshot.ErrNotRetained

@@ -79,7 +79,9 @@ func (s *apiSource) Watch(ctx context.Context, rv string) (snapshot.Watch, error
 		// 5 and 10 minutes so that apiserver load spreads.
 		"timeoutSeconds": {strconv.Itoa(300 + rand.IntN(300))},
 	}
-	resp, err := s.do(ctx, q, s.format.WatchAccept())
+	// The body is handed to the decoder, which the caller closes through
+	// watchAdapter.Close; bodyclose cannot follow it there.
+	resp, err := s.do(ctx, q, s.format.WatchAccept()) //nolint:bodyclose // closed by watchAdapter.Close
 	if err != nil {
 		return nil, err
 	}

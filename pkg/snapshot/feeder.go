@@ -208,7 +208,9 @@ func (f *Feeder) watch(ctx context.Context, rv string) (string, bool, error) {
 	if err != nil {
 		return rv, false, fmt.Errorf("watch: %w", err)
 	}
-	defer w.Close()
+	// Closing ends the read of the watch response; the events already read
+	// are applied and there is nothing to lose or retry if it fails.
+	defer func() { _ = w.Close() }()
 	progressed := false
 	for {
 		ev, err := w.Next()
@@ -233,7 +235,7 @@ func (f *Feeder) watch(ctx context.Context, rv string) (string, bool, error) {
 			if err != nil {
 				// The stream is unusable if an object cannot be read: relist
 				// rather than serve a store that misses it.
-				return rv, progressed, fmt.Errorf("extract %s event: %v: %w", ev.Type, err, ErrGone)
+				return rv, progressed, fmt.Errorf("extract %s event: %w: %w", ev.Type, err, ErrGone)
 			}
 			f.cfg.Store.Apply(Change{Deleted: ev.Type == Deleted, Entry: e}, e.RV)
 			rv, progressed = strconv.FormatUint(e.RV, 10), true

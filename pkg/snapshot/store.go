@@ -239,7 +239,11 @@ func (s *Store) Apply(c Change, rv uint64) {
 		freed += int64(len(prev.Raw))
 	}
 	snap := s.snapshotLocked(rv)
-	history := append(old.history, snap)
+	// Appending to old.history rather than to a copy is intentional: views
+	// sharing a backing array only ever grow at its end (Replace starts a new
+	// one) and readers of old.history never index past its length, so using
+	// the spare capacity under mu cannot change what they see.
+	history := append(old.history, snap) //nolint:gocritic // appendAssign: intentional, see above
 	s.supersededAt = append(s.supersededAt, s.clock.Now())
 	s.freed = append(s.freed, freed)
 	s.historyBytes += freed

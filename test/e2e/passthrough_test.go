@@ -1035,7 +1035,10 @@ func buildAndStartListproxy(t *testing.T, cp *framework.ControlPlane, args ...st
 	lp := &listproxyChild{Process: p, URL: "http://" + addr}
 	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		if exited, err := p.Exited(); exited {
-			return false, fmt.Errorf("listproxy exited: %v", err)
+			if err == nil { // exit status 0: there is no error to wrap
+				return false, errors.New("listproxy exited: <nil>")
+			}
+			return false, fmt.Errorf("listproxy exited: %w", err)
 		}
 		resp, err := http.Get(lp.URL + "/readyz")
 		if err != nil {

@@ -175,17 +175,19 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (*ControlPla
 		return nil, err
 	}
 
+	// On a start failure, stop what did start; the start error is what the
+	// caller needs, and a Stop failure would only hide it.
 	if err := cp.StartEtcd(ctx); err != nil {
-		cp.Stop()
+		_ = cp.Stop()
 		return nil, err
 	}
 	if err := cp.StartAPIServer(ctx); err != nil {
-		cp.Stop()
+		_ = cp.Stop()
 		return nil, err
 	}
 	if cfg.Controllers {
 		if err := cp.startControllers(ctx); err != nil {
-			cp.Stop()
+			_ = cp.Stop()
 			return nil, err
 		}
 	}
@@ -363,7 +365,8 @@ func (cp *ControlPlane) etcdHealthy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	// A probe client: closing it cannot change the health verdict.
+	defer func() { _ = client.Close() }()
 	_, err = client.Get(ctx, "/", clientv3.WithCountOnly())
 	return err
 }
@@ -598,9 +601,9 @@ func waitFor(ctx context.Context, p *Process, what string, check func(context.Co
 		}
 		select {
 		case <-p.Done():
-			return p.exitError()
+			return p.ExitError()
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready: %w (last error: %v)\n%s", what, ctx.Err(), last, LogTail(p.LogFile, 50))
+			return fmt.Errorf("%s not ready: %w (last error: %w)\n%s", what, ctx.Err(), last, LogTail(p.LogFile, 50))
 		case <-ticker.C:
 		}
 	}
@@ -616,7 +619,8 @@ func freePorts(n int) ([]int, error) {
 			return nil, fmt.Errorf("find free port: %w", err)
 		}
 		// Keep the listener open until all are chosen so the ports differ.
-		defer l.Close()
+		// Only held to reserve the port; a Close error changes nothing.
+		defer func() { _ = l.Close() }()
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil

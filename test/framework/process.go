@@ -50,7 +50,7 @@ func StartProcess(name, path string, args []string, logFile string) (*Process, e
 		Pdeathsig: syscall.SIGKILL,
 	}
 	if err := cmd.Start(); err != nil {
-		log.Close()
+		_ = log.Close() // the start error is what matters
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &Process{
@@ -62,8 +62,13 @@ func StartProcess(name, path string, args []string, logFile string) (*Process, e
 		done:    make(chan struct{}),
 	}
 	go func() {
-		p.err = cmd.Wait()
-		log.Close()
+		err := cmd.Wait()
+		// The child wrote the log through its own descriptor; a failed
+		// Close here can still mean lost output, so report it with the exit.
+		if cerr := log.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close %s log: %w", name, cerr))
+		}
+		p.err = err
 		close(p.done)
 	}()
 	return p, nil
@@ -116,9 +121,15 @@ func (p *Process) Stop() error {
 	}
 }
 
-// exitError describes an unexpected exit, with the tail of the log.
-func (p *Process) exitError() error {
-	return fmt.Errorf("%s exited: %v\n%s", p.Name, p.err, LogTail(p.LogFile, 50))
+// ExitError describes an unexpected exit, with the tail of the log. Call it
+// once Done is closed.
+func (p *Process) ExitError() error {
+	tail := LogTail(p.LogFile, 50)
+	if p.err == nil {
+		// Exit status 0: there is no error to wrap.
+		return fmt.Errorf("%s exited: <nil>\n%s", p.Name, tail)
+	}
+	return fmt.Errorf("%s exited: %w\n%s", p.Name, p.err, tail)
 }
 
 // LogTail returns the last n lines of the file at path, or a note saying why

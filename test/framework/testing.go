@@ -34,7 +34,9 @@ func Start(t testing.TB, cfg ControlPlaneConfig) *ControlPlane {
 		}
 		if !t.Failed() {
 			if os.Getenv("LISTPROXY_KEEP_E2E_DIR") == "" {
-				os.RemoveAll(dir)
+				if err := os.RemoveAll(dir); err != nil {
+					t.Logf("remove control plane dir: %v", err)
+				}
 			} else {
 				t.Logf("control plane dir kept in %s", dir)
 			}

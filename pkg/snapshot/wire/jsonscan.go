@@ -84,11 +84,12 @@ func (s *valueScanner) scan(b []byte) (int, bool, error) {
 			if i == len(b) {
 				return i, false, nil
 			}
-			if b[i] == '\\' {
+			switch {
+			case b[i] == '\\':
 				s.state = stEscape
-			} else if len(s.stack) == 0 {
+			case len(s.stack) == 0: // closing quote of a top-level string
 				return i + 1, true, nil
-			} else {
+			default:
 				s.state = stContainer
 			}
 			i++
