@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,4 +153,34 @@ func TestDiscoveryFollowsCRDs(t *testing.T) {
 	createGizmos("new", "tone", 4)
 	servedEqual(url.Values{"resourceVersion": {"0"}})
 	servedEqual(url.Values{"resourceVersion": {"0"}, "fieldSelector": {"spec.tone=v0"}})
+}
+
+// TestIdleStoresAreDropped: a store nobody lists for --idle-resource-ttl is
+// dropped (its metrics series go away), and the next LIST starts it again.
+func TestIdleStoresAreDropped(t *testing.T) {
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	lp := framework.StartListproxy(t, cp, "--idle-resource-ttl=2s")
+	lpc := newRawClient(t, lp.Config())
+	ctx := context.Background()
+	tg := []target{{path: "/api/v1/namespaces/default/configmaps"}}
+	series := `listproxy_snapshot_objects{format="json",resource="configmaps"}`
+	hasSeries := func() bool {
+		_, _, body, err := newRawClient(t, lp.Config()).get(ctx, "/metrics", nil, "text/plain")
+		return err == nil && strings.Contains(string(body), series)
+	}
+
+	warmUp(ctx, t, lpc, tg) // starts the json store and waits until it serves
+	if !hasSeries() {
+		t.Fatalf("no %s after a LIST", series)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, false, func(context.Context) (bool, error) {
+		return !hasSeries(), nil
+	})
+	if err != nil {
+		t.Fatalf("store still present after the idle TTL: %v", err)
+	}
+	warmUp(ctx, t, lpc, tg) // a new LIST starts it again
+	if !hasSeries() {
+		t.Fatalf("no %s after the store restarted", series)
+	}
 }
