@@ -282,6 +282,7 @@ var exportedMetrics = []string{
 	"listproxy_http_requests_total",
 	"listproxy_lists_total",
 	"listproxy_paging_continue_tokens_total",
+	"listproxy_proxy_authz_decisions_total",
 	"listproxy_snapshot_bytes",
 	"listproxy_snapshot_history_depth",
 	"listproxy_snapshot_objects",
