@@ -575,6 +575,9 @@ func (l *Lists) page(req listRequest, d paging.Decision, token paging.Token, sna
 	if node, ok := req.fieldSel.RequiresExactMatch("spec.nodeName"); ok && req.info.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && !req.format.IsMeta() {
 		pr.IndexValue = &node
 		pr.MoreInIndex = firstPage && d.Action != paging.ServeExact
+		if req.labelSel.Empty() && len(req.fieldSel.Requirements()) == 1 {
+			pr.Match = nil // the index already selects exactly these
+		}
 	}
 	total := token.Total
 	if firstPage {

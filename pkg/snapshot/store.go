@@ -41,6 +41,9 @@ type StoreConfig struct {
 	// PinnedSnapshots is the size of the LRU of snapshots pinned by issued
 	// continue tokens. 0 selects 128.
 	PinnedSnapshots int
+	// PinTTL is how long a pinned snapshot stays available after its last
+	// pin; 0 selects History. Later continuations are handed to the apiserver.
+	PinTTL time.Duration
 	// Clock drives history retention; nil selects the real clock.
 	Clock clock.PassiveClock
 	// OnPublish, when set, is called (without locks held) after every
@@ -76,7 +79,7 @@ type view struct {
 type Store struct {
 	cfg   StoreConfig
 	clock clock.PassiveClock
-	pins  *lru.Cache[uint64, *Snapshot]
+	pins  *lru.Cache[uint64, pin]
 
 	current atomic.Pointer[view]
 
@@ -94,6 +97,7 @@ type Store struct {
 	freed        []int64
 	historyBytes int64
 	stopped      bool
+	pinsSwept    time.Time
 }
 
 // NewStore returns an empty, unsynced store.
@@ -104,7 +108,7 @@ func NewStore(cfg StoreConfig) *Store {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	pins, _ := lru.New[uint64, *Snapshot](cfg.PinnedSnapshots) // error only for size <= 0
+	pins, _ := lru.New[uint64, pin](cfg.PinnedSnapshots) // error only for size <= 0
 	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins}
 	s.resetTreesLocked()
 	empty := s.snapshotLocked(0)
@@ -179,8 +183,11 @@ func (s *Store) At(rv uint64) (*Snapshot, error) {
 	if !v.synced {
 		return nil, ErrNotSynced
 	}
-	if snap, ok := s.pins.Get(rv); ok {
-		return snap, nil
+	if p, ok := s.pins.Get(rv); ok {
+		if s.clock.Since(p.at) <= s.pinTTL() {
+			return p.snap, nil
+		}
+		s.pins.Remove(rv)
 	}
 	if rv > v.progress || len(v.history) == 0 || rv < v.history[0].rv {
 		return nil, ErrNotRetained
@@ -201,7 +208,35 @@ func (s *Store) At(rv uint64) (*Snapshot, error) {
 // Pin keeps snap available as the state at rv for continue tokens issued at
 // rv, beyond the history window (bounded by an LRU).
 func (s *Store) Pin(rv uint64, snap *Snapshot) {
-	s.pins.Add(rv, snap)
+	s.pins.Add(rv, pin{snap: snap, at: s.clock.Now()})
+}
+
+// pin is a snapshot kept for continue tokens, and when it was last pinned.
+type pin struct {
+	snap *Snapshot
+	at   time.Time
+}
+
+func (s *Store) pinTTL() time.Duration {
+	if s.cfg.PinTTL > 0 {
+		return s.cfg.PinTTL
+	}
+	return s.cfg.History
+}
+
+// expirePinsLocked releases pinned snapshots past their TTL, at most once a
+// second, so that finished walks do not keep old objects alive.
+func (s *Store) expirePinsLocked() {
+	now := s.clock.Now()
+	if now.Sub(s.pinsSwept) < time.Second {
+		return
+	}
+	s.pinsSwept = now
+	for _, rv := range s.pins.Keys() {
+		if p, ok := s.pins.Peek(rv); ok && now.Sub(p.at) > s.pinTTL() {
+			s.pins.Remove(rv)
+		}
+	}
 }
 
 // Change is one object change fed to the store.
@@ -248,6 +283,7 @@ func (s *Store) Apply(c Change, rv uint64) {
 	s.freed = append(s.freed, freed)
 	s.historyBytes += freed
 	history = s.trimHistoryLocked(history)
+	s.expirePinsLocked()
 	s.publishLocked(&view{latest: snap, progress: max(rv, old.progress), history: history, synced: old.synced})
 	s.mu.Unlock()
 }

@@ -157,7 +157,7 @@ func TestAtExactResourceVersion(t *testing.T) {
 
 func TestHistoryRetention(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
-	s := NewStore(StoreConfig{History: 10 * time.Second, Clock: clk})
+	s := NewStore(StoreConfig{History: 10 * time.Second, PinTTL: 90 * time.Second, Clock: clk})
 	s.Replace(nil, 10)
 	s.Apply(Change{Entry: entry("a", "p1", 11, "")}, 11)
 	clk.SetTime(clk.Now().Add(20 * time.Second))
@@ -171,13 +171,18 @@ func TestHistoryRetention(t *testing.T) {
 		t.Errorf("At(11) error = %v, want nil", err)
 	}
 
-	// A pinned snapshot survives retention.
+	// A pinned snapshot survives retention for the pin TTL, then goes.
 	snap11, _ := s.At(11)
 	s.Pin(11, snap11)
 	clk.SetTime(clk.Now().Add(time.Minute))
 	s.Apply(Change{Entry: entry("a", "p3", 13, "")}, 13)
 	if got, err := s.At(11); err != nil || got != snap11 {
 		t.Errorf("At(11) after pin = %p, %v; want the pinned snapshot", got, err)
+	}
+	clk.SetTime(clk.Now().Add(time.Minute))
+	s.Apply(Change{Entry: entry("a", "p4", 14, "")}, 14)
+	if _, err := s.At(11); !errors.Is(err, ErrNotRetained) {
+		t.Errorf("At(11) past the pin TTL error = %v, want ErrNotRetained", err)
 	}
 }
 

@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/listproxy/listproxy/test/framework"
+)
+
+// env is the running control plane and listproxy, and the clients that
+// measure them.
+type env struct {
+	cfg       config
+	cp        *framework.ControlPlane
+	listproxy *framework.Process
+
+	// direct asks the apiserver; proxied asks listproxy.
+	direct, proxied *target
+	// client writes through the apiserver (protobuf, no rate limit).
+	client kubernetes.Interface
+	// pods are the seeded pods' namespace/name, for writes.
+	pods []podRef
+	// objectBytes is the JSON size of one seeded pod as listed.
+	objectBytes int
+}
+
+// startEnv starts etcd, kube-apiserver and listproxy. On error the returned
+// env (if not nil) must still be stopped.
+func startEnv(ctx context.Context, cfg config) (*env, error) {
+	clusterDir := filepath.Join(cfg.out, "cluster")
+	if err := os.RemoveAll(clusterDir); err != nil {
+		return nil, fmt.Errorf("wipe %s: %w", clusterDir, err)
+	}
+	if err := os.MkdirAll(clusterDir, 0o755); err != nil {
+		return nil, err
+	}
+	logf("starting etcd and kube-apiserver in %s", clusterDir)
+	cp, err := framework.StartControlPlane(ctx, framework.ControlPlaneConfig{
+		Dir: clusterDir,
+		Log: logWriter{},
+	})
+	if err != nil {
+		return nil, err
+	}
+	e := &env{cfg: cfg, cp: cp}
+
+	restCfg := rest.CopyConfig(cp.AdminConfig)
+	restCfg.QPS = -1 // no client-side rate limit
+	restCfg.Burst = 0
+	restCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	restCfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	restCfg.UserAgent = userAgent
+	if e.client, err = kubernetes.NewForConfig(restCfg); err != nil {
+		return e, fmt.Errorf("clientset: %w", err)
+	}
+
+	kubeconfig := filepath.Join(clusterDir, "admin.kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig, "", framework.UserAdmin, false); err != nil {
+		return e, err
+	}
+	keysFile := filepath.Join(clusterDir, "continue-token-keys")
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return e, err
+	}
+	if err := os.WriteFile(keysFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+		return e, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return e, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	args := []string{
+		"--kubeconfig=" + kubeconfig,
+		"--listen-address=" + addr,
+		"--etcd-servers=" + cp.EtcdEndpoint,
+		"--continue-token-keys-file=" + keysFile,
+	}
+	args = append(args, cfg.listproxyArgs...)
+	logf("starting %s %s", cfg.listproxyBin, strings.Join(cfg.listproxyArgs, " "))
+	// The child inherits the environment at start: set listproxy's own
+	// settings just for that moment.
+	restore, err := setEnv(cfg.listproxyEnv)
+	if err != nil {
+		return e, err
+	}
+	e.listproxy, err = framework.StartProcess("listproxy", cfg.listproxyBin, args, filepath.Join(clusterDir, "listproxy.log"))
+	restore()
+	if err != nil {
+		return e, err
+	}
+
+	if e.direct, err = newDirectTarget(cp); err != nil {
+		return e, err
+	}
+	e.proxied = newProxiedTarget("http://"+addr, e.listproxy.Pid())
+	if err := e.waitListproxyReady(ctx); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+// stop ends listproxy, kube-apiserver and etcd.
+func (e *env) stop() {
+	logf("stopping listproxy, kube-apiserver and etcd")
+	if e.listproxy != nil {
+		if err := e.listproxy.Stop(); err != nil {
+			logf("stop listproxy: %v", err)
+		}
+	}
+	if err := e.cp.Stop(); err != nil {
+		logf("stop control plane: %v", err)
+	}
+}
+
+// pids returns the process ids of the control plane by name.
+func controlPlanePIDs(cp *framework.ControlPlane) []int {
+	var pids []int
+	for _, p := range cp.Processes() {
+		pids = append(pids, p.Pid())
+	}
+	return pids
+}
+
+func newDirectTarget(cp *framework.ControlPlane) (*target, error) {
+	caPEM, err := os.ReadFile(cp.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("read apiserver CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("apiserver CA: no certificates")
+	}
+	// HTTP/1.1 like the client of listproxy, no transparent compression:
+	// Accept-Encoding is set per request, so gzip is negotiated only when
+	// a scenario asks for it.
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		DisableCompression:  true,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &target{
+		name:   "apiserver",
+		base:   cp.APIServerURL,
+		client: &http.Client{Transport: tr},
+		token:  cp.UserToken(framework.UserAdmin),
+		pids:   controlPlanePIDs(cp),
+	}, nil
+}
+
+func newProxiedTarget(base string, pid int) *target {
+	tr := &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
+	return &target{
+		name:    "listproxy",
+		base:    base,
+		client:  &http.Client{Transport: tr},
+		pids:    []int{pid},
+		proxied: true,
+	}
+}
+
+func (e *env) waitListproxyReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, e.proxied.base+"/readyz", nil)
+		resp, err := e.proxied.client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-e.listproxy.Done():
+			_, exitErr := e.listproxy.Exited()
+			return fmt.Errorf("listproxy exited: %w\n%s", exitErr, framework.LogTail(e.listproxy.LogFile, 30))
+		case <-ctx.Done():
+			return fmt.Errorf("listproxy not ready: %w\n%s", ctx.Err(), framework.LogTail(e.listproxy.LogFile, 30))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// warm lists pods through listproxy in each format the scenarios use until
+// the answer comes from a snapshot: the first LIST of a representation
+// starts its store, and the first consistent read its etcd progress tracker.
+func (e *env) warm(ctx context.Context) error {
+	begin := time.Now()
+	for _, accept := range []string{acceptJSON, acceptProtobuf} {
+		deadline := time.Now().Add(3 * time.Minute)
+		for {
+			res, err := e.proxied.do(ctx, request{path: "/api/v1/pods?limit=1", accept: accept})
+			if err != nil {
+				return err
+			}
+			if res.fromSnapshot {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("pods in %s not served from a snapshot after 3m (last: %d, %s)\n%s", accept, res.status, res.servedFrom, framework.LogTail(e.listproxy.LogFile, 30))
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}
+	// A full list in each format, so that the first measured request is not
+	// the first one to touch every object.
+	for _, accept := range []string{acceptJSON, acceptProtobuf} {
+		for _, t := range []*target{e.direct, e.proxied} {
+			if _, err := t.do(ctx, request{path: "/api/v1/pods", accept: accept}); err != nil {
+				return err
+			}
+		}
+	}
+	logf("listproxy warm (JSON and protobuf served from snapshots) in %s", time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// writer patches random seeded pods at rate per second until stopped.
+type writer struct {
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	done    atomic.Int64
+	failed  atomic.Int64
+	dropped atomic.Int64
+	begin   time.Time
+	end     time.Time
+}
+
+// startWriter starts patching pods at rate per second: an annotation
+// changes (a metadata update, like a controller's), on a pool of workers
+// so that a slow write does not lower the rate; ticks that find every
+// worker busy are dropped and counted.
+func (e *env) startWriter(ctx context.Context, rate int) *writer {
+	ctx, cancel := context.WithCancel(ctx)
+	w := &writer{cancel: cancel, begin: time.Now()}
+	jobs := make(chan int, 64)
+	const workers = 16
+	for range workers {
+		w.wg.Go(func() {
+			for i := range jobs {
+				p := e.pods[(i*7919)%len(e.pods)]
+				if err := patchPod(ctx, e.client, p, i); err != nil {
+					if ctx.Err() == nil {
+						w.failed.Add(1)
+					}
+					continue
+				}
+				w.done.Add(1)
+			}
+		})
+	}
+	w.wg.Go(func() {
+		defer close(jobs)
+		interval := time.Second / time.Duration(rate)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			select {
+			case jobs <- i:
+			default:
+				w.dropped.Add(1)
+			}
+		}
+	})
+	return w
+}
+
+// stop ends the writes and returns the achieved rate per second.
+func (w *writer) stop() float64 {
+	w.cancel()
+	w.wg.Wait()
+	w.end = time.Now()
+	return float64(w.done.Load()) / w.end.Sub(w.begin).Seconds()
+}
+
+// setEnv sets NAME=VALUE pairs and returns a function restoring the
+// previous values.
+func setEnv(pairs []string) (func(), error) {
+	type old struct {
+		name, value string
+		set         bool
+	}
+	var olds []old
+	restore := func() {
+		for _, o := range olds {
+			if o.set {
+				_ = os.Setenv(o.name, o.value)
+			} else {
+				_ = os.Unsetenv(o.name)
+			}
+		}
+	}
+	for _, p := range pairs {
+		name, value, ok := strings.Cut(p, "=")
+		if !ok || name == "" {
+			restore()
+			return nil, fmt.Errorf("listproxy environment %q is not NAME=VALUE", p)
+		}
+		v, set := os.LookupEnv(name)
+		olds = append(olds, old{name, v, set})
+		if err := os.Setenv(name, value); err != nil {
+			restore()
+			return nil, err
+		}
+	}
+	return restore, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	return port, l.Close()
+}
+
+// logWriter prints the framework's progress lines with timestamps.
+type logWriter struct{}
+
+func (logWriter) Write(p []byte) (int, error) {
+	logf("%s", trimNewline(string(p)))
+	return len(p), nil
+}
+
+func trimNewline(s string) string {
+	for len(s) > 0 && (s[len(s)-1] == '\n' || s[len(s)-1] == '\r') {
+		s = s[:len(s)-1]
+	}
+	return s
+}

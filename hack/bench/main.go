@@ -1,0 +1,269 @@
+// Command bench is `make bench`: it measures listproxy side by side with the
+// kube-apiserver it fronts, on the same data in the same run.
+//
+// It starts etcd and kube-apiserver (test/framework, under BENCH_OUT/cluster)
+// and the listproxy binary as a separate process with --etcd-servers, seeds
+// BENCH_PODS pods of about 4 KB through the apiserver, warms listproxy, and
+// then runs every scenario against the apiserver directly and through
+// listproxy, alternating. For each it reports wall time, the CPU time of the
+// answering processes per request (utime+stime from /proc/PID/stat:
+// kube-apiserver plus etcd when direct, listproxy when proxied), response
+// bytes and the ratio direct/proxied. The table is printed and written with
+// the raw numbers to BENCH_OUT as Markdown and JSON. docs/performance.md
+// records measured tables and the targets they are held to.
+//
+// Every parameter is a flag whose default comes from the environment:
+//
+//	BENCH_PODS=30000            pods to seed (50 namespaces, 500 nodes)
+//	BENCH_REPS=5                repetitions of each scenario
+//	BENCH_CHURN=2m              churn period (writes at BENCH_WRITE_RATE) before the last memory sample
+//	BENCH_WRITE_RATE=100        writes per second during consistent reads and churn
+//	BENCH_OUT=_output/bench     output directory (the cluster lives in OUT/cluster)
+//	BENCH_WALK_LIMITS=500       page sizes of the paginated walks (1000 is added from 100k pods)
+//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,consistent,memory
+//	BENCH_LISTPROXY_BIN         listproxy binary (default _output/bin/listproxy)
+//	BENCH_LISTPROXY_ARGS        extra listproxy flags, space-separated (e.g. --snapshot-history=15s)
+//	BENCH_LISTPROXY_ENV         environment for listproxy only, space-separated (e.g. GOGC=25)
+//	BENCH_HOLD=1                keep everything running after the report until Ctrl-C (for profiling)
+//
+// Ctrl-C stops every process it started.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is the benchmark's parameters.
+type config struct {
+	pods             int
+	reps             int
+	churn            time.Duration
+	writeRate        int
+	out              string
+	walkLimits       []int
+	scenarios        map[string]bool
+	listproxyBin     string
+	selectorRequests int
+	firstPageN       int
+	concurrency      int
+	consistentN      int
+	listproxyArgs    []string
+	listproxyEnv     []string
+	hold             bool
+}
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err = run(ctx, cfg)
+	interrupted := ctx.Err() != nil
+	stop()
+	switch {
+	case err != nil && interrupted:
+		fmt.Fprintln(os.Stderr, "bench: interrupted")
+		os.Exit(130)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func parseConfig(args []string) (config, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	pods := fs.Int("pods", envInt("BENCH_PODS", 30000), "pods to seed ($BENCH_PODS)")
+	reps := fs.Int("reps", envInt("BENCH_REPS", 5), "repetitions of each scenario ($BENCH_REPS)")
+	churn := fs.Duration("churn", envDuration("BENCH_CHURN", 2*time.Minute), "churn period before the last memory sample ($BENCH_CHURN)")
+	writeRate := fs.Int("write-rate", envInt("BENCH_WRITE_RATE", 100), "writes per second during consistent reads and churn ($BENCH_WRITE_RATE)")
+	out := fs.String("out", envString("BENCH_OUT", "_output/bench"), "output directory ($BENCH_OUT)")
+	walkLimits := fs.String("walk-limits", envString("BENCH_WALK_LIMITS", ""), "comma-separated page sizes of the paginated walks; default 500, plus 1000 from 100k pods ($BENCH_WALK_LIMITS)")
+	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,consistent,memory ($BENCH_SCENARIOS)")
+	bin := fs.String("listproxy", envString("BENCH_LISTPROXY_BIN", ""), "listproxy binary; default <repo>/_output/bin/listproxy ($BENCH_LISTPROXY_BIN)")
+	selectorN := fs.Int("nodename-requests", envInt("BENCH_NODENAME_REQUESTS", 1000), "spec.nodeName LISTs per side ($BENCH_NODENAME_REQUESTS)")
+	firstPageN := fs.Int("firstpage-requests", envInt("BENCH_FIRSTPAGE_REQUESTS", 200), "sequential first-page LISTs per side ($BENCH_FIRSTPAGE_REQUESTS)")
+	concurrency := fs.Int("concurrency", envInt("BENCH_CONCURRENCY", 16), "concurrent clients of the concurrent first-page scenario ($BENCH_CONCURRENCY)")
+	consistentN := fs.Int("consistent-requests", envInt("BENCH_CONSISTENT_REQUESTS", 200), "consistent LISTs per side under writes ($BENCH_CONSISTENT_REQUESTS)")
+	lpArgs := fs.String("listproxy-args", envString("BENCH_LISTPROXY_ARGS", ""), "extra listproxy flags, space-separated ($BENCH_LISTPROXY_ARGS)")
+	lpEnv := fs.String("listproxy-env", envString("BENCH_LISTPROXY_ENV", ""), "NAME=VALUE settings for listproxy's environment only, space-separated ($BENCH_LISTPROXY_ENV)")
+	hold := fs.Bool("hold", os.Getenv("BENCH_HOLD") != "", "keep the processes running after the report until Ctrl-C ($BENCH_HOLD)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	cfg := config{
+		pods: *pods, reps: *reps, churn: *churn, writeRate: *writeRate, out: *out,
+		listproxyBin: *bin, selectorRequests: *selectorN, firstPageN: *firstPageN,
+		concurrency: *concurrency, consistentN: *consistentN,
+		listproxyArgs: strings.Fields(*lpArgs), listproxyEnv: strings.Fields(*lpEnv), hold: *hold,
+		scenarios: map[string]bool{},
+	}
+	switch {
+	case cfg.pods < 500:
+		return config{}, fmt.Errorf("-pods=%d: need at least 500 (one per node)", cfg.pods)
+	case cfg.reps < 1:
+		return config{}, fmt.Errorf("-reps=%d: need at least 1", cfg.reps)
+	case cfg.writeRate < 1:
+		return config{}, fmt.Errorf("-write-rate=%d: need at least 1", cfg.writeRate)
+	case cfg.concurrency < 1:
+		return config{}, fmt.Errorf("-concurrency=%d: need at least 1", cfg.concurrency)
+	}
+	if *walkLimits == "" {
+		cfg.walkLimits = []int{500}
+		if cfg.pods >= 100_000 {
+			cfg.walkLimits = append(cfg.walkLimits, 1000)
+		}
+	} else {
+		for _, s := range strings.Split(*walkLimits, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n <= 0 {
+				return config{}, fmt.Errorf("-walk-limits: %q is not a positive page size", s)
+			}
+			cfg.walkLimits = append(cfg.walkLimits, n)
+		}
+	}
+	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "consistent": true, "memory": true}
+	for _, s := range strings.Split(*scenarios, ",") {
+		s = strings.TrimSpace(s)
+		if s == "all" {
+			for k := range known {
+				cfg.scenarios[k] = true
+			}
+			continue
+		}
+		if !known[s] {
+			return config{}, fmt.Errorf("-scenarios: unknown scenario %q", s)
+		}
+		cfg.scenarios[s] = true
+	}
+	return cfg, nil
+}
+
+func run(ctx context.Context, cfg config) error {
+	begin := time.Now()
+	out, err := filepath.Abs(cfg.out)
+	if err != nil {
+		return err
+	}
+	cfg.out = out
+	if cfg.listproxyBin == "" {
+		root, err := repoRoot()
+		if err != nil {
+			return err
+		}
+		cfg.listproxyBin = filepath.Join(root, "_output", "bin", "listproxy")
+	}
+	if _, err := os.Stat(cfg.listproxyBin); err != nil {
+		return fmt.Errorf("listproxy binary missing (run `make build`): %w", err)
+	}
+
+	env, err := startEnv(ctx, cfg)
+	if env != nil {
+		defer env.stop()
+	}
+	if err != nil {
+		return err
+	}
+	if err := env.seed(ctx); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	if err := env.warm(ctx); err != nil {
+		return fmt.Errorf("warm listproxy: %w", err)
+	}
+
+	r := &report{
+		Started: begin.UTC().Format(time.RFC3339),
+		Config: reportConfig{
+			Pods: cfg.pods, Namespaces: numNamespaces, Nodes: numNodes, Reps: cfg.reps,
+			Churn: cfg.churn.String(), WriteRate: cfg.writeRate, WalkLimits: cfg.walkLimits,
+			ListproxyArgs: cfg.listproxyArgs, ListproxyEnv: cfg.listproxyEnv,
+			CPUs: numCPU(), LoadAvg: loadAvg(),
+		},
+		ObjectBytes: env.objectBytes,
+	}
+	b := &bench{cfg: cfg, env: env, report: r}
+	if err := b.runAll(ctx); err != nil {
+		return err
+	}
+	r.Duration = time.Since(begin).Round(time.Second).String()
+	r.LoadAvgEnd = loadAvg()
+	table := r.markdown()
+	fmt.Println()
+	fmt.Println(table)
+	if err := r.write(cfg.out); err != nil {
+		return err
+	}
+	logf("results in %s (took %s)", cfg.out, r.Duration)
+	if cfg.hold {
+		logf("holding (BENCH_HOLD): apiserver %s (token in %s), listproxy %s (pid %d); Ctrl-C stops",
+			env.cp.APIServerURL, filepath.Join(cfg.out, "cluster", "admin.kubeconfig"), env.proxied.base, env.listproxy.Pid())
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// repoRoot is the nearest parent of the working directory with a go.mod.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+func envString(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %s=%q is not an integer; using %d\n", name, v, def)
+		return def
+	}
+	return n
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %s=%q is not a duration; using %s\n", name, v, def)
+		return def
+	}
+	return d
+}
+
+func logf(format string, args ...any) {
+	fmt.Printf("%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// userAgent must not start with "curl": listproxy pretty-prints for curl
+// as the apiserver does, which means passing through.
+const userAgent = "listproxy-bench/1.0 (linux/amd64)"
+
+const (
+	acceptJSON     = "application/json"
+	acceptProtobuf = "application/vnd.kubernetes.protobuf"
+)
+
+// target is one side of a comparison: the apiserver or listproxy.
+type target struct {
+	name    string
+	base    string
+	client  *http.Client
+	token   string // bearer token, if any
+	pids    []int  // processes whose CPU time answers this side's requests
+	proxied bool
+}
+
+// request is one GET.
+type request struct {
+	path   string // with query
+	accept string
+	gzip   bool // send Accept-Encoding: gzip
+	keep   bool // return the body (else it is counted and discarded)
+}
+
+// result is one response.
+type result struct {
+	status       int
+	bytes        int64 // body bytes on the wire (compressed when gzipped)
+	dur          time.Duration
+	servedFrom   string
+	fromSnapshot bool
+	gzipped      bool
+	body         []byte
+}
+
+// do sends req and reads the whole response.
+func (t *target) do(ctx context.Context, req request) (result, error) {
+	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+req.path, nil)
+	if err != nil {
+		return result{}, err
+	}
+	hr.Header.Set("User-Agent", userAgent)
+	hr.Header.Set("Accept", req.accept)
+	if req.gzip {
+		hr.Header.Set("Accept-Encoding", "gzip")
+	}
+	if t.token != "" {
+		hr.Header.Set("Authorization", "Bearer "+t.token)
+	}
+	begin := time.Now()
+	resp, err := t.client.Do(hr)
+	if err != nil {
+		return result{}, fmt.Errorf("%s GET %s: %w", t.name, req.path, err)
+	}
+	defer resp.Body.Close()
+	var res result
+	if req.keep {
+		var buf bytes.Buffer
+		_, err = io.Copy(&buf, resp.Body)
+		res.body = buf.Bytes()
+		res.bytes = int64(buf.Len())
+	} else {
+		res.bytes, err = io.Copy(io.Discard, resp.Body)
+	}
+	res.dur = time.Since(begin)
+	if err != nil {
+		return result{}, fmt.Errorf("%s GET %s: read body: %w", t.name, req.path, err)
+	}
+	res.status = resp.StatusCode
+	res.servedFrom = resp.Header.Get("X-Listproxy-Served-From")
+	res.fromSnapshot = res.servedFrom == "snapshot"
+	res.gzipped = resp.Header.Get("Content-Encoding") == "gzip"
+	if res.status != http.StatusOK {
+		snippet := res.body
+		if len(snippet) > 300 {
+			snippet = snippet[:300]
+		}
+		return res, fmt.Errorf("%s GET %s: %d %s", t.name, req.path, res.status, snippet)
+	}
+	return res, nil
+}
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/PID/stat. It
+// is 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// cpuTime is the user+system CPU time of pids so far.
+func cpuTime(pids []int) time.Duration {
+	var ticks int64
+	for _, pid := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// Fields after the parenthesised command name: state is field 3,
+		// utime field 14, stime field 15.
+		s := string(data)
+		s = s[strings.LastIndexByte(s, ')')+2:]
+		f := strings.Fields(s)
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += u + st
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// rssBytes is the resident set size of pid from /proc/PID/status.
+func rssBytes(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// sampler accumulates the CPU time of a target across measured intervals,
+// net of its idle background rate.
+type sampler struct {
+	t        *target
+	idleRate float64 // CPU seconds per second when idle
+	cpu      time.Duration
+	wall     time.Duration
+	start    time.Duration
+	begin    time.Time
+}
+
+func (s *sampler) startInterval() {
+	s.start = cpuTime(s.t.pids)
+	s.begin = time.Now()
+}
+
+func (s *sampler) endInterval() {
+	s.cpu += cpuTime(s.t.pids) - s.start
+	s.wall += time.Since(s.begin)
+}
+
+// seconds is the measured CPU time minus what the processes would have
+// spent idle in the same wall time, never below zero.
+func (s *sampler) seconds() float64 {
+	return math.Max(0, s.cpu.Seconds()-s.idleRate*s.wall.Seconds())
+}
+
+// measureIdle samples the CPU rate of t's processes over d.
+func measureIdle(ctx context.Context, t *target, d time.Duration) float64 {
+	c0, w0 := cpuTime(t.pids), time.Now()
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	return (cpuTime(t.pids) - c0).Seconds() / time.Since(w0).Seconds()
+}
+
+// percentile is the nearest-rank percentile p (0..100) of xs.
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	rank := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[max(0, min(rank, len(s)-1))]
+}
+
+func median(xs []float64) float64 { return percentile(xs, 50) }
+
+// listContinue reads metadata.continue from the head of a JSON list
+// response (typed lists put metadata before items, for the apiserver and
+// listproxy alike) without decoding the items.
+func listContinue(body []byte) (string, error) {
+	i := bytes.Index(body, []byte(`,"items":`))
+	if i < 0 {
+		return "", fmt.Errorf("no items in list response %.200q", body)
+	}
+	var head struct {
+		Metadata struct {
+			Continue string `json:"continue"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(append(body[:i:i], '}'), &head); err != nil {
+		return "", fmt.Errorf("decode list metadata: %w", err)
+	}
+	return head.Metadata.Continue, nil
+}
+
+// metrics is a scrape of a Prometheus text exposition.
+type metrics map[string]float64 // "name{labels}" -> value
+
+func scrape(ctx context.Context, t *target) (metrics, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("User-Agent", userAgent)
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", t.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", t.name, resp.Status)
+	}
+	m := metrics{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		m[line[:i]] = v
+	}
+	return m, sc.Err()
+}
+
+// sum adds the series of metric name whose labels include every
+// `k="v"` in match.
+func (m metrics) sum(name string, match ...string) float64 {
+	var total float64
+	for series, v := range m {
+		n, labels, _ := strings.Cut(series, "{")
+		if n != name {
+			continue
+		}
+		ok := true
+		for _, l := range match {
+			if !strings.Contains(labels, l) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			total += v
+		}
+	}
+	return total
+}
+
+// histogramQuantile estimates quantile q of the observations of histogram
+// name (restricted by match) made between scrapes a and b, interpolating
+// linearly within a bucket as Prometheus' histogram_quantile does.
+func histogramQuantile(a, b metrics, name string, q float64, match ...string) (float64, float64) {
+	type bucket struct{ le, count float64 }
+	var buckets []bucket
+	for series := range b {
+		n, labels, _ := strings.Cut(series, "{")
+		if n != name+"_bucket" {
+			continue
+		}
+		ok := true
+		for _, l := range match {
+			if !strings.Contains(labels, l) {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		i := strings.Index(labels, `le="`)
+		if i < 0 {
+			continue
+		}
+		leText := labels[i+4:]
+		leText = leText[:strings.IndexByte(leText, '"')]
+		le, err := strconv.ParseFloat(leText, 64)
+		if err != nil {
+			continue
+		}
+		buckets = append(buckets, bucket{le, b[series] - a[series]})
+	}
+	slices.SortFunc(buckets, func(x, y bucket) int { return cmpFloat(x.le, y.le) })
+	// Merge equal bounds (several label sets).
+	var merged []bucket
+	for _, bk := range buckets {
+		if len(merged) > 0 && merged[len(merged)-1].le == bk.le {
+			merged[len(merged)-1].count += bk.count
+			continue
+		}
+		merged = append(merged, bk)
+	}
+	if len(merged) == 0 {
+		return math.NaN(), 0
+	}
+	total := merged[len(merged)-1].count
+	if total == 0 {
+		return math.NaN(), 0
+	}
+	rank := q * total
+	prevLE, prevCount := 0.0, 0.0
+	for _, bk := range merged {
+		if bk.count >= rank {
+			if math.IsInf(bk.le, 1) {
+				return prevLE, total
+			}
+			if bk.count == prevCount {
+				return bk.le, total
+			}
+			return prevLE + (bk.le-prevLE)*(rank-prevCount)/(bk.count-prevCount), total
+		}
+		prevLE, prevCount = bk.le, bk.count
+	}
+	return prevLE, total
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func numCPU() int { return runtime.NumCPU() }
+
+func loadAvg() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}

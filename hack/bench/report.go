@@ -1,0 +1,304 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// report is everything one run measured; it is written as JSON and
+// rendered as Markdown.
+type report struct {
+	Started     string             `json:"started"`
+	Duration    string             `json:"duration"`
+	Config      reportConfig       `json:"config"`
+	LoadAvgEnd  string             `json:"load_avg_end"`
+	ObjectBytes int                `json:"object_json_bytes"`
+	IdleCPU     map[string]float64 `json:"idle_cpu_per_second"`
+	Rows        []row              `json:"scenarios"`
+	Freshness   *freshness         `json:"freshness,omitempty"`
+	Memory      []memorySample     `json:"memory"`
+	MemoryCheck []check            `json:"memory_checks"`
+}
+
+type reportConfig struct {
+	Pods       int    `json:"pods"`
+	Namespaces int    `json:"namespaces"`
+	Nodes      int    `json:"nodes"`
+	Reps       int    `json:"reps"`
+	Churn      string `json:"churn"`
+	WriteRate  int    `json:"write_rate"`
+	WalkLimits []int  `json:"walk_limits"`
+	CPUs       int    `json:"cpus"`
+	LoadAvg    string `json:"load_avg_start"`
+	// ListproxyArgs and ListproxyEnv are what listproxy ran with beyond
+	// the harness's own flags.
+	ListproxyArgs []string `json:"listproxy_args,omitempty"`
+	ListproxyEnv  []string `json:"listproxy_env,omitempty"`
+}
+
+// side is one target's measurements of a scenario. Times are seconds;
+// CPU is user+system time of the answering processes, net of their idle
+// rate.
+type side struct {
+	Requests      int            `json:"requests"`
+	WallP50       float64        `json:"wall_p50_s"`
+	WallP99       float64        `json:"wall_p99_s"`
+	CPUPerRequest float64        `json:"cpu_per_request_s"`
+	CPUTotal      float64        `json:"cpu_total_s"`
+	Bytes         int64          `json:"bytes_per_response"`
+	NotSnapshot   int            `json:"not_from_snapshot,omitempty"`
+	NotGzip       int            `json:"not_gzipped,omitempty"`
+	Extra         map[string]num `json:"extra,omitempty"`
+}
+
+// targetSpec is what docs/performance.md holds a scenario to (issue 7);
+// zero fields are not checked.
+type targetSpec struct {
+	CPU             float64 `json:"cpu_ratio_min,omitempty"`
+	Wall            float64 `json:"wall_p50_ratio_min,omitempty"`
+	WallP99         float64 `json:"wall_p99_ratio_min,omitempty"`
+	LastFirst       float64 `json:"last_over_first_page_max,omitempty"`
+	ProxiedCPUMax   float64 `json:"listproxy_cpu_per_request_max_s,omitempty"`
+	FreshnessP99Max float64 `json:"freshness_wait_p99_max_s,omitempty"`
+}
+
+type check struct {
+	Name string `json:"name"`
+	Want string `json:"want"`
+	Got  num    `json:"got"`
+	Text string `json:"text"`
+	Met  bool   `json:"met"`
+}
+
+type row struct {
+	Scenario     string     `json:"scenario"`
+	Direct       side       `json:"apiserver"`
+	Proxied      side       `json:"listproxy"`
+	WallRatio    num        `json:"wall_p50_ratio"`
+	WallP99Ratio num        `json:"wall_p99_ratio"`
+	CPURatio     num        `json:"cpu_ratio"`
+	Target       targetSpec `json:"target"`
+	Checks       []check    `json:"checks"`
+	Notes        string     `json:"notes,omitempty"`
+}
+
+type freshness struct {
+	WritesPerSecond float64 `json:"writes_per_second"`
+	WritesFailed    int64   `json:"writes_failed"`
+	WritesDropped   int64   `json:"writes_dropped"`
+	WaitP50         num     `json:"wait_p50_s"`
+	WaitP99         num     `json:"wait_p99_s"`
+	Served          float64 `json:"served"`
+	NotServed       float64 `json:"not_proven"`
+}
+
+type memorySample struct {
+	Phase          string  `json:"phase"`
+	Objects        float64 `json:"objects"`
+	SnapshotBytes  float64 `json:"snapshot_bytes"`
+	HistoryBytes   float64 `json:"history_bytes"`
+	HistoryDepth   float64 `json:"history_depth"`
+	HeapInuse      float64 `json:"heap_inuse_bytes"`
+	HeapAlloc      float64 `json:"heap_alloc_bytes"`
+	NextGC         float64 `json:"next_gc_bytes"`
+	GOGC           float64 `json:"gogc_percent"`
+	LiveHeap       float64 `json:"live_heap_estimate_bytes"`
+	RSS            float64 `json:"rss_bytes"`
+	ListproxyProcs float64 `json:"rss_proc_bytes"`
+	RSSRatio       float64 `json:"rss_over_snapshot"`
+	HeapRatio      float64 `json:"heap_over_snapshot"`
+	HistoryRatio   float64 `json:"history_over_snapshot"`
+	APIServerRSS   float64 `json:"apiserver_rss_bytes"`
+}
+
+func (r *row) evaluate() {
+	t := r.Target
+	add := func(name, want string, got float64, text string, met bool) {
+		r.Checks = append(r.Checks, check{Name: name, Want: want, Got: num(got), Text: text, Met: met})
+	}
+	if t.CPU > 0 {
+		add("CPU", fmt.Sprintf("≥ %g×", t.CPU), float64(r.CPURatio), fmt.Sprintf("%.1f×", r.CPURatio), float64(r.CPURatio) >= t.CPU)
+	}
+	if t.Wall > 0 {
+		add("wall p50", fmt.Sprintf("≥ %g×", t.Wall), float64(r.WallRatio), fmt.Sprintf("%.1f×", r.WallRatio), float64(r.WallRatio) >= t.Wall)
+	}
+	if t.WallP99 > 0 {
+		add("wall p99", fmt.Sprintf("≥ %g×", t.WallP99), float64(r.WallP99Ratio), fmt.Sprintf("%.1f×", r.WallP99Ratio), float64(r.WallP99Ratio) >= t.WallP99)
+	}
+	if t.LastFirst > 0 {
+		first, last := r.Proxied.Extra["first_page_s_p50"], r.Proxied.Extra["last_page_s_p50"]
+		got := ratio(float64(last), float64(first))
+		add("last/first page", fmt.Sprintf("≤ %g×", t.LastFirst), got, fmt.Sprintf("%.2f×", got), got <= t.LastFirst)
+	}
+	if t.ProxiedCPUMax > 0 {
+		got := r.Proxied.CPUPerRequest
+		add("listproxy CPU per walk", "≤ "+ms(t.ProxiedCPUMax), got, ms(got), got <= t.ProxiedCPUMax)
+	}
+	if t.FreshnessP99Max > 0 {
+		got := float64(r.Proxied.Extra["freshness_wait_p99_s"])
+		add("freshness wait p99", "≤ "+ms(t.FreshnessP99Max), got, ms(got), got <= t.FreshnessP99Max)
+	}
+}
+
+// memoryChecks holds the memory samples to the targets: RSS at most 1.5×
+// the cached object bytes, and history under churn at most +10%.
+func (r *report) memoryChecks() {
+	r.MemoryCheck = nil
+	for _, s := range r.Memory {
+		r.MemoryCheck = append(r.MemoryCheck, check{
+			Name: "RSS / cached bytes, " + s.Phase, Want: "≤ 1.5×", Got: num(s.RSSRatio),
+			Text: fmt.Sprintf("%.2f×", s.RSSRatio), Met: s.RSSRatio <= 1.5,
+		})
+	}
+	if n := len(r.Memory); n > 0 && strings.Contains(r.Memory[n-1].Phase, "churn") {
+		s := r.Memory[n-1]
+		r.MemoryCheck = append(r.MemoryCheck, check{
+			Name: "history bytes / cached bytes, " + s.Phase, Want: "≤ +10%", Got: num(s.HistoryRatio),
+			Text: fmt.Sprintf("+%.1f%%", 100*s.HistoryRatio), Met: s.HistoryRatio <= 0.10,
+		})
+	}
+}
+
+func (r *report) markdown() string {
+	r.memoryChecks()
+	var b strings.Builder
+	c := r.Config
+	fmt.Fprintf(&b, "### listproxy vs kube-apiserver: %d pods (~%s JSON each), %d namespaces, %d nodes\n\n",
+		c.Pods, bytesText(int64(r.ObjectBytes)), c.Namespaces, c.Nodes)
+	fmt.Fprintf(&b, "Run %s, %s; %d CPUs, load average %s at start, %s at end; %d repetitions; idle CPU subtracted: apiserver+etcd %.3f, listproxy %.3f CPU-s/s.",
+		r.Started, r.Duration, c.CPUs, c.LoadAvg, r.LoadAvgEnd, c.Reps, r.IdleCPU["apiserver+etcd"], r.IdleCPU["listproxy"])
+	if len(c.ListproxyArgs)+len(c.ListproxyEnv) > 0 {
+		fmt.Fprintf(&b, " listproxy ran with `%s`.", strings.TrimSpace(strings.Join(c.ListproxyEnv, " ")+" "+strings.Join(c.ListproxyArgs, " ")))
+	}
+	b.WriteString("\n\n")
+	b.WriteString("Wall times are p50 / p99 per request (per walk for walks); CPU is user+system seconds per request of kube-apiserver+etcd (direct) or listproxy (proxied); ratios are apiserver ÷ listproxy.\n\n")
+	b.WriteString("| scenario | n | apiserver wall p50 / p99 | listproxy wall p50 / p99 | wall ratio p50 (p99) | apiserver CPU/req | listproxy CPU/req | CPU ratio | bytes apiserver / listproxy | targets |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "| %s | %d | %s / %s | %s / %s | %s (%s) | %s | %s | %s | %s / %s | %s |\n",
+			row.Scenario, row.Direct.Requests,
+			ms(row.Direct.WallP50), ms(row.Direct.WallP99),
+			ms(row.Proxied.WallP50), ms(row.Proxied.WallP99),
+			times(row.WallRatio), times(row.WallP99Ratio),
+			ms(row.Direct.CPUPerRequest), ms(row.Proxied.CPUPerRequest), times(row.CPURatio),
+			bytesText(row.Direct.Bytes), bytesText(row.Proxied.Bytes)+notSnapshotText(row.Proxied),
+			checksText(row.Checks))
+	}
+	var notes []string
+	for _, row := range r.Rows {
+		if row.Notes != "" {
+			notes = append(notes, fmt.Sprintf("- %s: %s", row.Scenario, row.Notes))
+		}
+	}
+	if len(notes) > 0 {
+		b.WriteString("\n" + strings.Join(notes, "\n") + "\n")
+	}
+	if len(r.Memory) > 0 {
+		b.WriteString("\n| listproxy memory | objects (all formats) | cached object bytes | history bytes (depth) | live heap (est.) | Go heap in use | RSS | RSS / cached | heap / cached | kube-apiserver RSS |\n")
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, s := range r.Memory {
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %s (%.0f) | %s | %s | %s | %.2f× | %.2f× | %s |\n",
+				s.Phase, s.Objects, mib(s.SnapshotBytes), mib(s.HistoryBytes), s.HistoryDepth,
+				mib(s.LiveHeap), mib(s.HeapInuse), mib(s.RSS), s.RSSRatio, s.HeapRatio, mib(s.APIServerRSS))
+		}
+		b.WriteString("\nLive heap is estimated as go_memstats_next_gc_bytes / (1 + GOGC/100): the heap marked live by the last GC.\n")
+		b.WriteString("\n")
+		for _, ch := range r.MemoryCheck {
+			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
+		}
+	}
+	return b.String()
+}
+
+func checksText(cs []check) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, fmt.Sprintf("%s %s: %s %s", c.Name, c.Want, c.Text, mark(c.Met)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func mark(met bool) string {
+	if met {
+		return "✅"
+	}
+	return "❌"
+}
+
+// write stores the report as results.{md,json} and a timestamped copy.
+func (r *report) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	md := r.markdown()
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode report: %w", err)
+	}
+	stamp := time.Now().UTC().Format("20060102-150405")
+	for name, data := range map[string][]byte{
+		"results.md": []byte(md), "results.json": js,
+		"results-" + stamp + ".md": []byte(md), "results-" + stamp + ".json": js,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// num is a float that is written to JSON as null when it is NaN or
+// infinite (a ratio over a CPU time below the clock tick).
+type num float64
+
+func (n num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(f)
+}
+
+func ms[F ~float64](v F) string {
+	s := float64(v)
+	switch {
+	case math.IsNaN(s) || math.IsInf(s, 0):
+		return "–"
+	case s >= 10:
+		return fmt.Sprintf("%.1f s", s)
+	case s >= 1:
+		return fmt.Sprintf("%.2f s", s)
+	case s >= 0.1:
+		return fmt.Sprintf("%.0f ms", s*1000)
+	case s >= 0.01:
+		return fmt.Sprintf("%.1f ms", s*1000)
+	default:
+		return fmt.Sprintf("%.2f ms", s*1000)
+	}
+}
+
+func times[F ~float64](v F) string {
+	x := float64(v)
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.1f×", x)
+}
+
+func mib(n float64) string { return fmt.Sprintf("%.0f MiB", n/(1<<20)) }
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	default:
+		return fmt.Sprintf("%d B", n)
+	}
+}

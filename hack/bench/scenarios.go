@@ -1,0 +1,445 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// bench runs the scenarios and fills the report.
+type bench struct {
+	cfg    config
+	env    *env
+	report *report
+	// idle CPU rates (CPU seconds per second) of each side's processes.
+	idleDirect, idleProxied float64
+}
+
+func (b *bench) runAll(ctx context.Context) error {
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"memory", b.memoryIdle},
+		{"", b.idleCPU},
+		{"full", b.fullList},
+		{"walk", b.walks},
+		{"firstpage", b.firstPage},
+		{"nodename", b.nodeName},
+		{"consistent", b.consistent},
+		{"memory", b.memoryChurn},
+	}
+	for _, s := range steps {
+		if s.name != "" && !b.cfg.scenarios[s.name] {
+			continue
+		}
+		if err := s.fn(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// series collects one side's measurements of a scenario.
+type series struct {
+	t           *target
+	cpu         sampler
+	durs        []float64
+	bytes       []int64
+	notSnapshot int
+	notGzip     int
+	extra       map[string][]float64
+}
+
+func (b *bench) newSeries(t *target) *series {
+	idle := b.idleDirect
+	if t.proxied {
+		idle = b.idleProxied
+	}
+	return &series{t: t, cpu: sampler{t: t, idleRate: idle}, extra: map[string][]float64{}}
+}
+
+// add records one request (or one unit, such as a walk) of res.
+func (s *series) add(res result, wantGzip bool) {
+	s.durs = append(s.durs, res.dur.Seconds())
+	s.bytes = append(s.bytes, res.bytes)
+	if s.t.proxied && !res.fromSnapshot {
+		s.notSnapshot++
+	}
+	if wantGzip && !res.gzipped {
+		s.notGzip++
+	}
+}
+
+func (s *series) side(requests int) side {
+	sd := side{
+		Requests:      requests,
+		WallP50:       median(s.durs),
+		WallP99:       percentile(s.durs, 99),
+		CPUPerRequest: s.cpu.seconds() / float64(max(1, requests)),
+		CPUTotal:      s.cpu.seconds(),
+		NotSnapshot:   s.notSnapshot,
+		NotGzip:       s.notGzip,
+	}
+	if len(s.bytes) > 0 {
+		var total int64
+		for _, n := range s.bytes {
+			total += n
+		}
+		sd.Bytes = total / int64(len(s.bytes))
+	}
+	if len(s.extra) > 0 {
+		sd.Extra = map[string]num{}
+		for k, xs := range s.extra {
+			sd.Extra[k+"_p50"] = num(median(xs))
+			sd.Extra[k+"_p99"] = num(percentile(xs, 99))
+		}
+	}
+	return sd
+}
+
+// alternate runs fn n times on each side, alternating which side goes
+// first, with each side's CPU time sampled around its own calls only.
+func (b *bench) alternate(ctx context.Context, n int, fn func(ctx context.Context, s *series, i int) error) (*series, *series, error) {
+	d, p := b.newSeries(b.env.direct), b.newSeries(b.env.proxied)
+	for i := range n {
+		order := []*series{d, p}
+		if i%2 == 1 {
+			order = []*series{p, d}
+		}
+		for _, s := range order {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, err
+			}
+			s.cpu.startInterval()
+			err := fn(ctx, s, i)
+			s.cpu.endInterval()
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	return d, p, nil
+}
+
+func (b *bench) idleCPU(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { b.idleDirect = measureIdle(ctx, b.env.direct, 5*time.Second) })
+	wg.Go(func() { b.idleProxied = measureIdle(ctx, b.env.proxied, 5*time.Second) })
+	wg.Wait()
+	b.report.IdleCPU = map[string]float64{"apiserver+etcd": b.idleDirect, "listproxy": b.idleProxied}
+	logf("idle CPU: apiserver+etcd %.3f, listproxy %.3f CPU-s/s (subtracted from measurements)", b.idleDirect, b.idleProxied)
+	return ctx.Err()
+}
+
+func (b *bench) fullList(ctx context.Context) error {
+	cases := []struct {
+		name, accept string
+		gzip         bool
+		target       targetSpec
+	}{
+		{"full LIST, JSON", acceptJSON, false, targetSpec{CPU: 30, Wall: 10}},
+		{"full LIST, protobuf", acceptProtobuf, false, targetSpec{CPU: 30, Wall: 10}},
+		{"full LIST, JSON + gzip", acceptJSON, true, targetSpec{CPU: 10}},
+	}
+	for _, c := range cases {
+		logf("scenario: %s (%d reps)", c.name, b.cfg.reps)
+		req := request{path: "/api/v1/pods", accept: c.accept, gzip: c.gzip}
+		d, p, err := b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, _ int) error {
+			res, err := s.t.do(ctx, req)
+			if err != nil {
+				return err
+			}
+			s.add(res, c.gzip)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		b.addRow(c.name, d.side(b.cfg.reps), p.side(b.cfg.reps), c.target, "")
+	}
+	return nil
+}
+
+// walk lists all pods in pages of limit (resourceVersion unset) and
+// records the walk's wall time and its first and last page.
+func walk(ctx context.Context, s *series, limit int) error {
+	begin := time.Now()
+	var total result
+	var pages []float64
+	cont := ""
+	for {
+		path := "/api/v1/pods?limit=" + strconv.Itoa(limit)
+		if cont != "" {
+			path += "&continue=" + url.QueryEscape(cont)
+		}
+		res, err := s.t.do(ctx, request{path: path, accept: acceptJSON, keep: true})
+		if err != nil {
+			return err
+		}
+		pages = append(pages, res.dur.Seconds())
+		total.bytes += res.bytes
+		if s.t.proxied && !res.fromSnapshot {
+			s.notSnapshot++
+		}
+		if cont, err = listContinue(res.body); err != nil {
+			return err
+		}
+		if cont == "" {
+			break
+		}
+	}
+	total.dur = time.Since(begin)
+	total.fromSnapshot = true // counted per page above
+	s.add(total, false)
+	s.extra["first_page_s"] = append(s.extra["first_page_s"], pages[0])
+	s.extra["last_page_s"] = append(s.extra["last_page_s"], pages[len(pages)-1])
+	s.extra["pages"] = append(s.extra["pages"], float64(len(pages)))
+	return nil
+}
+
+func (b *bench) walks(ctx context.Context) error {
+	for _, limit := range b.cfg.walkLimits {
+		name := fmt.Sprintf("paginated walk, limit=%d", limit)
+		logf("scenario: %s (%d reps)", name, b.cfg.reps)
+		d, p, err := b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, _ int) error {
+			return walk(ctx, s, limit)
+		})
+		if err != nil {
+			return err
+		}
+		ps := p.side(b.cfg.reps)
+		note := fmt.Sprintf("first/last page p50: apiserver %s / %s, listproxy %s / %s",
+			ms(d.side(1).Extra["first_page_s_p50"]), ms(d.side(1).Extra["last_page_s_p50"]),
+			ms(ps.Extra["first_page_s_p50"]), ms(ps.Extra["last_page_s_p50"]))
+		spec := targetSpec{CPU: 30, LastFirst: 1.2}
+		if limit == 1000 {
+			spec.ProxiedCPUMax = 0.100
+		}
+		b.addRow(name, d.side(b.cfg.reps), ps, spec, note)
+	}
+	return nil
+}
+
+func (b *bench) firstPage(ctx context.Context) error {
+	req := request{path: "/api/v1/pods?limit=500", accept: acceptJSON}
+	name := "first page limit=500, 1 client"
+	logf("scenario: %s (%d requests per side)", name, b.cfg.firstPageN)
+	d, p, err := b.alternate(ctx, b.cfg.firstPageN, func(ctx context.Context, s *series, _ int) error {
+		res, err := s.t.do(ctx, req)
+		if err != nil {
+			return err
+		}
+		s.add(res, false)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.addRow(name, d.side(b.cfg.firstPageN), p.side(b.cfg.firstPageN), targetSpec{Wall: 10}, "")
+
+	const perClient = 10
+	name = fmt.Sprintf("first page limit=500, %d clients", b.cfg.concurrency)
+	logf("scenario: %s (%d batches of %d×%d per side)", name, b.cfg.reps, b.cfg.concurrency, perClient)
+	var mu sync.Mutex
+	d, p, err = b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, _ int) error {
+		var wg sync.WaitGroup
+		errs := make(chan error, b.cfg.concurrency)
+		for range b.cfg.concurrency {
+			wg.Go(func() {
+				for range perClient {
+					res, err := s.t.do(ctx, req)
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					s.add(res, false)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		return <-errs
+	})
+	if err != nil {
+		return err
+	}
+	n := b.cfg.reps * b.cfg.concurrency * perClient
+	b.addRow(name, d.side(n), p.side(n), targetSpec{WallP99: 5}, "")
+	return nil
+}
+
+func (b *bench) nodeName(ctx context.Context) error {
+	n := b.cfg.selectorRequests
+	name := "pods by spec.nodeName (kubelet)"
+	logf("scenario: %s (%d requests per side)", name, n)
+	d, p, err := b.alternate(ctx, n, func(ctx context.Context, s *series, i int) error {
+		path := "/api/v1/pods?fieldSelector=" + url.QueryEscape("spec.nodeName="+nodeName(i%numNodes))
+		res, err := s.t.do(ctx, request{path: path, accept: acceptJSON})
+		if err != nil {
+			return err
+		}
+		s.add(res, false)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	b.addRow(name, d.side(n), p.side(n), targetSpec{Wall: 5}, "resourceVersion unset (consistent)")
+	return nil
+}
+
+func (b *bench) consistent(ctx context.Context) error {
+	n := b.cfg.consistentN
+	name := fmt.Sprintf("consistent first page limit=500 under %d writes/s", b.cfg.writeRate)
+	logf("scenario: %s (%d requests per side)", name, n)
+	w := b.env.startWriter(ctx, b.cfg.writeRate)
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * time.Second): // reach the write rate
+	}
+	before, err := scrape(ctx, b.env.proxied)
+	if err != nil {
+		w.stop()
+		return err
+	}
+	req := request{path: "/api/v1/pods?limit=500", accept: acceptJSON}
+	d, p, err := b.alternate(ctx, n, func(ctx context.Context, s *series, _ int) error {
+		res, err := s.t.do(ctx, req)
+		if err != nil {
+			return err
+		}
+		s.add(res, false)
+		return nil
+	})
+	if err != nil {
+		w.stop()
+		return err
+	}
+	after, err := scrape(ctx, b.env.proxied)
+	rate := w.stop()
+	if err != nil {
+		return err
+	}
+	const hist = "listproxy_freshness_wait_duration_seconds"
+	p50, count := histogramQuantile(before, after, hist, 0.50, `outcome="served"`)
+	p99, _ := histogramQuantile(before, after, hist, 0.99, `outcome="served"`)
+	notServed := after.sum("listproxy_freshness_consistent_reads_total") - before.sum("listproxy_freshness_consistent_reads_total") - count
+	b.report.Freshness = &freshness{
+		WritesPerSecond: rate, WritesFailed: w.failed.Load(), WritesDropped: w.dropped.Load(),
+		WaitP50: num(p50), WaitP99: num(p99), Served: count, NotServed: notServed,
+	}
+	ps := p.side(n)
+	ps.Extra = map[string]num{"freshness_wait_p50_s": num(p50), "freshness_wait_p99_s": num(p99)}
+	note := fmt.Sprintf("writes %.0f/s achieved; listproxy freshness wait p50 %s, p99 %s (histogram, %0.f reads; %0.f not proven); CPU includes the writes",
+		rate, ms(p50), ms(p99), count, notServed)
+	b.addRow(name, d.side(n), ps, targetSpec{FreshnessP99Max: 0.110}, note)
+	return nil
+}
+
+func (b *bench) memoryIdle(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Second): // let the warm-up's garbage be collected
+	}
+	return b.memorySample(ctx, "idle, after warm-up")
+}
+
+func (b *bench) memoryChurn(ctx context.Context) error {
+	if err := b.memorySample(ctx, "after the scenarios"); err != nil {
+		return err
+	}
+	if b.cfg.churn <= 0 {
+		return nil
+	}
+	logf("churn: %d writes/s for %s", b.cfg.writeRate, b.cfg.churn)
+	w := b.env.startWriter(ctx, b.cfg.writeRate)
+	select {
+	case <-ctx.Done():
+	case <-time.After(b.cfg.churn):
+	}
+	rate := w.stop()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return b.memorySample(ctx, fmt.Sprintf("after %s of churn (%.0f writes/s)", b.cfg.churn, rate))
+}
+
+func (b *bench) memorySample(ctx context.Context, phase string) error {
+	m, err := scrape(ctx, b.env.proxied)
+	if err != nil {
+		return err
+	}
+	var apiserverRSS int64
+	for _, p := range b.env.cp.Processes() {
+		if p.Name == "kube-apiserver" {
+			apiserverRSS = rssBytes(p.Pid())
+		}
+	}
+	s := memorySample{
+		Phase:          phase,
+		SnapshotBytes:  m.sum("listproxy_snapshot_bytes"),
+		HistoryBytes:   m.sum("listproxy_snapshot_history_bytes"),
+		HistoryDepth:   m.sum("listproxy_snapshot_history_depth"),
+		Objects:        m.sum("listproxy_snapshot_objects"),
+		HeapInuse:      m.sum("go_memstats_heap_inuse_bytes"),
+		HeapAlloc:      m.sum("go_memstats_heap_alloc_bytes"),
+		NextGC:         m.sum("go_memstats_next_gc_bytes"),
+		GOGC:           100,
+		RSS:            m.sum("process_resident_memory_bytes"),
+		APIServerRSS:   float64(apiserverRSS),
+		ListproxyProcs: float64(rssBytes(b.env.listproxy.Pid())),
+	}
+	if _, ok := m["go_gc_gogc_percent"]; ok {
+		s.GOGC = m["go_gc_gogc_percent"]
+	}
+	if s.GOGC > 0 {
+		s.LiveHeap = s.NextGC / (1 + s.GOGC/100)
+	}
+	if s.SnapshotBytes > 0 {
+		s.RSSRatio = s.RSS / s.SnapshotBytes
+		s.HeapRatio = s.HeapInuse / s.SnapshotBytes
+		s.HistoryRatio = s.HistoryBytes / s.SnapshotBytes
+	}
+	b.report.Memory = append(b.report.Memory, s)
+	logf("memory %s: snapshots %s (+%s history), live heap ~%s, heap in use %s, RSS %s (%.2f× snapshots)", phase,
+		mib(s.SnapshotBytes), mib(s.HistoryBytes), mib(s.LiveHeap), mib(s.HeapInuse), mib(s.RSS), s.RSSRatio)
+	return nil
+}
+
+func (b *bench) addRow(name string, d, p side, spec targetSpec, note string) {
+	r := row{Scenario: name, Direct: d, Proxied: p, Target: spec, Notes: note}
+	r.WallRatio = num(ratio(d.WallP50, p.WallP50))
+	r.WallP99Ratio = num(ratio(d.WallP99, p.WallP99))
+	r.CPURatio = num(ratio(d.CPUPerRequest, p.CPUPerRequest))
+	r.evaluate()
+	b.report.Rows = append(b.report.Rows, r)
+	logf("  %s: wall p50 %s vs %s (%.1f×), CPU/req %s vs %s (%.1f×), %s vs %s%s",
+		name, ms(d.WallP50), ms(p.WallP50), r.WallRatio, ms(d.CPUPerRequest), ms(p.CPUPerRequest), r.CPURatio,
+		bytesText(d.Bytes), bytesText(p.Bytes), notSnapshotText(p))
+}
+
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return math.Inf(1)
+	}
+	return a / b
+}
+
+func notSnapshotText(p side) string {
+	s := ""
+	if p.NotSnapshot > 0 {
+		s += fmt.Sprintf(" (%d listproxy answers NOT from a snapshot)", p.NotSnapshot)
+	}
+	if p.NotGzip > 0 {
+		s += fmt.Sprintf(" (%d listproxy answers not gzipped)", p.NotGzip)
+	}
+	return s
+}
