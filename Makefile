@@ -45,3 +45,21 @@ soak: deps
 ## bench: listproxy side by side with the apiserver on the same data (BENCH_PODS, BENCH_CHURN, BENCH_REPS, BENCH_OUT; see hack/bench)
 bench: deps build
 	$(GO) run ./hack/bench
+
+## fuzz: every fuzz target in turn for FUZZTIME each (default 30s); `make test` already runs their seed corpora
+FUZZTIME ?= 30s
+FUZZ_TARGETS := \
+	pkg/paging:FuzzOpen \
+	pkg/proxy:FuzzParseCollection \
+	pkg/proxy:FuzzParseListQuery \
+	pkg/proxy:FuzzNegotiateFormat \
+	pkg/proxy:FuzzSelectorDigest \
+	pkg/snapshot/wire:FuzzDecodeList \
+	pkg/snapshot/wire:FuzzWatchDecoderJSON \
+	pkg/snapshot/wire:FuzzWatchDecoderProtobuf
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "== $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
+	done

@@ -350,7 +350,7 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 		q := r.URL.Query()
 		if token := q.Get("continue"); paging.IsListproxyToken(token) {
 			if col, ok := parseCollection(r); ok {
-				return l.handOff(w, r, col, token, selectorDigest(q.Get("labelSelector"), q.Get("fieldSelector")))
+				l.handOff(r, col, token, selectorDigest(q.Get("labelSelector"), q.Get("fieldSelector")))
 			}
 		}
 		return false
@@ -360,7 +360,7 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	if !served {
 		l.cfg.Metrics.passThrough(resource, reason)
 		if paging.IsListproxyToken(req.query.continueToken) {
-			return l.handOff(w, r, req.col, req.query.continueToken, selectorDigest(req.query.labelSelector, req.query.fieldSelector))
+			l.handOff(r, req.col, req.query.continueToken, selectorDigest(req.query.labelSelector, req.query.fieldSelector))
 		}
 		return false
 	}
@@ -500,26 +500,31 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 }
 
 // handOff makes sure the apiserver never sees a listproxy continue token
-// (DESIGN.md, Principle 2): a request listproxy does not answer itself gets
-// the apiserver's own token for the same position, or a 400 when the token
-// cannot be opened. It returns whether it wrote a response.
-func (l *Lists) handOff(w http.ResponseWriter, r *http.Request, col collection, continueToken string, digest [32]byte) bool {
+// (DESIGN.md, Principle 2) on a request listproxy does not answer itself: a
+// token that opens and belongs to the request becomes the apiserver's own
+// token for the same position; any other becomes a value the apiserver
+// cannot decode, so that it answers with its own first error (a bad selector,
+// a bad limit, or "invalid continue token"), in its own order of checks.
+// The request always passes through.
+func (l *Lists) handOff(r *http.Request, col collection, continueToken string, digest [32]byte) {
+	query := r.URL.Query()
 	token, err := l.cfg.Keys.Open(continueToken)
 	if err == nil {
 		err = token.Matches(col.GVR.Group, col.GVR.Resource, col.Namespace, digest)
 	}
 	if err != nil {
 		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueInvalid)
-		w.Header().Set(HeaderServedFrom, SourceSnapshot)
-		WriteStatus(w, paging.InvalidContinueError(err))
-		return true
+		query.Set("continue", undecodableContinue)
+	} else {
+		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueDelegated)
+		query.Set("continue", paging.NativeContinue(token.RV, paging.RelativeKey(col.Namespace, token.StartKey)))
 	}
-	query := r.URL.Query()
-	query.Set("continue", paging.NativeContinue(token.RV, paging.RelativeKey(col.Namespace, token.StartKey)))
 	r.URL.RawQuery = query.Encode()
-	l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueDelegated)
-	return false
 }
+
+// undecodableContinue is not base64url: the apiserver rejects it as an
+// invalid continue token, after its own earlier checks.
+const undecodableContinue = "!"
 
 // selectorDigest binds a token to its selectors in canonical form, so that
 // an equivalent spelling continues the same list. Unparsable selectors are
