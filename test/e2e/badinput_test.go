@@ -112,7 +112,7 @@ func TestBadInputCatalogue(t *testing.T) {
 	// The apiserver over HTTP/1.1, as clients reach listproxy, so that
 	// transport limits (header sizes) are the same on both sides.
 	apiCfg := *cp.AdminConfig
-	apiCfg.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	apiCfg.NextProtos = []string{"http/1.1"}
 	apic := newRawClient(t, &apiCfg)
 	lpg, apig := newRawGetter(t, lpc), newRawGetter(t, apic)
 
