@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -75,11 +73,7 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 		return e, err
 	}
 	keysFile := filepath.Join(clusterDir, "continue-token-keys")
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return e, err
-	}
-	if err := os.WriteFile(keysFile, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+	if err := framework.WriteContinueTokenKeyFile(keysFile); err != nil {
 		return e, err
 	}
 	port, err := freePort()

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/errgroup"
+	"github.com/listproxy/listproxy/test/framework"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -52,7 +52,7 @@ func nodeName(i int) string {
 // controller manager) and the pods, concurrently through the apiserver.
 func (e *env) seed(ctx context.Context) error {
 	begin := time.Now()
-	if err := parallel(ctx, numNamespaces, func(ctx context.Context, i int) error {
+	if err := framework.Parallel(ctx, seedWorkers, numNamespaces, func(ctx context.Context, i int) error {
 		ns := namespaceName(i)
 		if err := e.cp.CreateNamespace(ctx, ns, map[string]string{"team": teams[i%len(teams)]}); err != nil {
 			return err
@@ -99,7 +99,7 @@ func (e *env) seed(ctx context.Context) error {
 			}
 		}
 	}()
-	err := parallel(ctx, len(pods), func(ctx context.Context, i int) error {
+	err := framework.Parallel(ctx, seedWorkers, len(pods), func(ctx context.Context, i int) error {
 		_, err := e.client.CoreV1().Pods(pods[i].Namespace).Create(ctx, pods[i], metav1.CreateOptions{FieldManager: "kube-controller-manager"})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create pod %s/%s: %w", pods[i].Namespace, pods[i].Name, err)
@@ -129,23 +129,6 @@ func (e *env) seed(ctx context.Context) error {
 	logf("seeded %d pods in %s (%.0f/s), ~%d bytes of JSON each", len(pods), time.Since(begin).Round(time.Millisecond),
 		float64(len(pods))/time.Since(begin).Seconds(), e.objectBytes)
 	return nil
-}
-
-// parallel runs fn(ctx, i) for i in [0, n) on seedWorkers goroutines and
-// returns the first error.
-func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(seedWorkers)
-	for i := range n {
-		if gctx.Err() != nil {
-			break
-		}
-		g.Go(func() error { return fn(gctx, i) })
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	return ctx.Err()
 }
 
 // benchPod is a Deployment's pod as a real cluster holds it: recommended

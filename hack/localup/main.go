@@ -13,8 +13,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -127,7 +125,7 @@ func run() error {
 		}
 	} else {
 		keysFile := filepath.Join(localDir, "continue-token-keys")
-		if err := writeKeyFile(keysFile); err != nil {
+		if err := framework.WriteContinueTokenKeyFile(keysFile); err != nil {
 			return err
 		}
 		args := append([]string{
@@ -304,14 +302,4 @@ func terminate(pid int) error {
 
 func logf(format string, args ...any) {
 	fmt.Printf("%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
-}
-
-// writeKeyFile writes a continue-token key file (one base64 key of 32 random
-// bytes) so that tokens survive a listproxy restart within one run.
-func writeKeyFile(path string) error {
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		return err
-	}
-	return os.WriteFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
@@ -57,7 +56,7 @@ func seed(ctx context.Context, cp *framework.ControlPlane) error {
 	client := cp.Clientset(framework.UserAdmin)
 	rng := rand.New(rand.NewPCG(1, 2)) // fixed seed: the same data every run
 
-	if err := parallel(ctx, numNamespaces, func(ctx context.Context, i int) error {
+	if err := framework.Parallel(ctx, workers, numNamespaces, func(ctx context.Context, i int) error {
 		return cp.CreateNamespace(ctx, namespaces[i], map[string]string{"team": namespaces[i]})
 	}); err != nil {
 		return err
@@ -68,7 +67,7 @@ func seed(ctx context.Context, cp *framework.ControlPlane) error {
 	logf("seeded %d namespaces, %d nodes", numNamespaces, numNodes)
 
 	pods := demoPods(rng)
-	if err := parallel(ctx, len(pods), func(ctx context.Context, i int) error {
+	if err := framework.Parallel(ctx, workers, len(pods), func(ctx context.Context, i int) error {
 		_, err := client.CoreV1().Pods(pods[i].Namespace).Create(ctx, pods[i], metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("create pod %s/%s: %w", pods[i].Namespace, pods[i].Name, err)
@@ -79,7 +78,7 @@ func seed(ctx context.Context, cp *framework.ControlPlane) error {
 	}
 	logf("seeded %d pods", len(pods))
 
-	if err := parallel(ctx, numConfigMaps, func(ctx context.Context, i int) error {
+	if err := framework.Parallel(ctx, workers, numConfigMaps, func(ctx context.Context, i int) error {
 		cm := demoConfigMap(i)
 		if _, err := client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create configmap %s/%s: %w", cm.Namespace, cm.Name, err)
@@ -97,28 +96,11 @@ func seed(ctx context.Context, cp *framework.ControlPlane) error {
 	return nil
 }
 
-// parallel runs fn(ctx, i) for i in [0, n) on a bounded pool of workers and
-// returns the first error.
-func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(workers)
-	for i := range n {
-		if gctx.Err() != nil {
-			break
-		}
-		g.Go(func() error { return fn(gctx, i) })
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	return ctx.Err()
-}
-
 // seedNodes creates Ready nodes without taints. There is no kubelet: the
 // status is set here, and the not-ready taint that the TaintNodesByCondition
 // admission plugin adds on create is removed.
 func seedNodes(ctx context.Context, client kubernetes.Interface) error {
-	return parallel(ctx, numNodes, func(ctx context.Context, i int) error {
+	return framework.Parallel(ctx, workers, numNodes, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("node-%02d", i)
 		zone := fmt.Sprintf("zone-%c", 'a'+i%3)
 		node := &corev1.Node{
@@ -349,7 +331,7 @@ func seedWidgets(ctx context.Context, cp *framework.ControlPlane, rng *rand.Rand
 	}); err != nil {
 		return fmt.Errorf("create widget %s: %w", widgets[0].GetName(), err)
 	}
-	return parallel(ctx, numWidgets-1, func(ctx context.Context, i int) error {
+	return framework.Parallel(ctx, workers, numWidgets-1, func(ctx context.Context, i int) error {
 		w := widgets[i+1]
 		if _, err := dyn.Resource(widgetGVR).Namespace(w.GetNamespace()).Create(ctx, w, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create widget %s/%s: %w", w.GetNamespace(), w.GetName(), err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,22 +188,18 @@ func (l *Lists) drop(gvrs []schema.GroupVersionResource) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, e := range l.stores {
-		if gvrs == nil || containsGVR(gvrs, k.gvr) {
-			e.cancel()
-			delete(l.stores, k)
-			l.cfg.StoreMetrics.Forget(k.gvr.GroupResource().String(), k.format.String())
-			klog.InfoS("Dropped snapshot store", "resource", k.gvr.String(), "format", k.format.String())
+		if gvrs == nil || slices.Contains(gvrs, k.gvr) {
+			l.dropLocked(k, e, "resource changed or listproxy stopping")
 		}
 	}
 }
 
-func containsGVR(list []schema.GroupVersionResource, gvr schema.GroupVersionResource) bool {
-	for _, g := range list {
-		if g == gvr {
-			return true
-		}
-	}
-	return false
+// dropLocked stops one store and forgets it and its metrics.
+func (l *Lists) dropLocked(k storeKey, e *storeEntry, why string) {
+	e.cancel()
+	delete(l.stores, k)
+	l.cfg.StoreMetrics.Forget(k.gvr.GroupResource().String(), k.format.String())
+	klog.InfoS("Dropped snapshot store", "resource", k.gvr.String(), "format", k.format.String(), "why", why)
 }
 
 func (l *Lists) janitor(ctx context.Context) {
@@ -218,10 +215,7 @@ func (l *Lists) janitor(ctx context.Context) {
 		l.mu.Lock()
 		for k, e := range l.stores {
 			if time.Unix(0, e.lastUsed.Load()).Before(cutoff) {
-				e.cancel()
-				delete(l.stores, k)
-				l.cfg.StoreMetrics.Forget(k.gvr.GroupResource().String(), k.format.String())
-				klog.InfoS("Dropped idle snapshot store", "resource", k.gvr.String(), "format", k.format.String())
+				l.dropLocked(k, e, "idle")
 			}
 		}
 		l.mu.Unlock()

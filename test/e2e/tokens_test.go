@@ -2,13 +2,10 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,12 +30,8 @@ const headerServedFrom = "X-Listproxy-Served-From"
 // format --continue-token-keys-file reads.
 func writeKeyFile(t *testing.T) string {
 	t.Helper()
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "continue-token-keys")
-	if err := os.WriteFile(path, []byte("# test key\n"+base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
+	if err := framework.WriteContinueTokenKeyFile(path); err != nil {
 		t.Fatal(err)
 	}
 	return path
