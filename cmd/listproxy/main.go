@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/pflag"
@@ -16,7 +17,18 @@ import (
 	"github.com/listproxy/listproxy/cmd/listproxy/app"
 )
 
+// defaultGCPercent is listproxy's GOGC unless the GOGC environment variable
+// sets one. Most of its heap is pointer-free object bytes that the collector
+// never scans, so collecting more often is cheap, while Go's default of 100
+// lets the heap grow to twice the cached objects. Measured in make bench at
+// 30,000 pods (docs/performance.md): GOGC=25 cut idle RSS from 2.9× to 1.9×
+// the cached bytes (before the compact entries).
+const defaultGCPercent = 25
+
 func main() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	opts := app.NewOptions()
 	var sections cliflag.NamedFlagSets
 	opts.AddFlags(sections.FlagSet("listproxy"))

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/snapshot/wire"
 )
@@ -18,13 +15,21 @@ func newExtractor(info *resourceInfo, format wire.Format) snapshot.Extractor {
 	var specs []fieldSpec
 	var paths []wire.FieldPath
 	if !format.IsMeta() {
-		specs = info.Fields.specs
-		for _, s := range specs {
+		for _, s := range info.Fields.specs {
+			if s.label == "metadata.name" || s.label == "metadata.namespace" {
+				continue // every entry answers these itself
+			}
+			specs = append(specs, s)
 			for _, p := range s.paths {
 				paths = append(paths, wire.FieldPath{Path: p})
 			}
 		}
 	}
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.label
+	}
+	fieldNames := snapshot.NewFieldNames(names...)
 	gvk := info.GVR.GroupVersion().WithKind(info.Kind)
 	return func(raw []byte) (*snapshot.Entry, error) {
 		m, err := wire.ExtractMeta(format, raw)
@@ -35,27 +40,18 @@ func newExtractor(info *resourceInfo, format wire.Format) snapshot.Extractor {
 		if err != nil {
 			return nil, fmt.Errorf("object %s/%s: resourceVersion %q: %w", m.Namespace, m.Name, m.ResourceVersion, err)
 		}
-		set := make(fields.Set, 2+len(specs))
-		set["metadata.name"] = m.Name
-		set["metadata.namespace"] = m.Namespace
+		var values []string
 		if len(paths) > 0 {
-			values, err := wire.ExtractFields(format, gvk, raw, paths)
+			found, err := wire.ExtractFields(format, gvk, raw, paths)
 			if err != nil {
 				return nil, err
 			}
-			for _, s := range specs {
-				set[s.label] = fieldValue(s, values)
+			values = make([]string, len(specs))
+			for i, s := range specs {
+				values[i] = fieldValue(s, found)
 			}
 		}
-		return &snapshot.Entry{
-			Key:       snapshot.ObjectKey(m.Namespace, m.Name),
-			Namespace: m.Namespace,
-			Name:      m.Name,
-			RV:        rv,
-			Labels:    labels.Set(m.Labels),
-			Fields:    set,
-			Raw:       append([]byte(nil), raw...),
-		}, nil
+		return snapshot.NewEntry(m.Namespace, m.Name, rv, m.Labels, fieldNames, values, raw), nil
 	}
 }
 

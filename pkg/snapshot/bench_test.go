@@ -65,24 +65,17 @@ func benchEntry(tmpl string, i int, rv uint64, shared []byte) *Entry {
 			"$RV", strconv.FormatUint(rv, 10),
 		).Replace(tmpl))
 	}
-	return &Entry{
-		Key:       ObjectKey(ns, name),
-		Namespace: ns,
-		Name:      name,
-		RV:        rv,
-		Labels: labels.Set{
-			"app.kubernetes.io/name": app, "app.kubernetes.io/part-of": "storefront",
-			"idx": idx, "pod-template-hash": "7d4b9c8f6", "tier": tier,
-		},
-		Fields: fields.Set{
-			"metadata.name": name, "metadata.namespace": ns,
-			"spec.nodeName": node, "spec.restartPolicy": "Always", "spec.schedulerName": "default-scheduler",
-			"spec.serviceAccountName": app, "spec.hostNetwork": "false", "status.phase": "Running",
-			"status.podIP": ip, "status.nominatedNodeName": "",
-		},
-		Raw: raw,
-	}
+	e := NewEntry(ns, name, rv, map[string]string{
+		"app.kubernetes.io/name": app, "app.kubernetes.io/part-of": "storefront",
+		"idx": idx, "pod-template-hash": "7d4b9c8f6", "tier": tier,
+	}, benchFieldNames, []string{node, "Always", "default-scheduler", app, "false", "Running", ip, ""}, nil)
+	e.Raw = raw
+	return e
 }
+
+// benchFieldNames are the pod fields the proxy extracts for selectors.
+var benchFieldNames = NewFieldNames("spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+	"spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName")
 
 // benchEntries returns n entries; with distinctRaw each has its own ~4 KB
 // Raw, otherwise all share one (Page and Apply never read Raw, only its

@@ -27,11 +27,13 @@ type Entry struct {
 	Namespace string
 	Name      string
 	RV        uint64
-	Labels    labels.Set
+	// Labels are the object's labels (a Labels from NewEntry, or any
+	// labels.Labels in tests); never nil.
+	Labels labels.Labels
 	// Fields holds the values of every field selector listproxy evaluates for
 	// this resource, including metadata.name (and metadata.namespace when
-	// namespaced).
-	Fields fields.Set
+	// namespaced); a *Fields from NewEntry, or any fields.Fields; never nil.
+	Fields fields.Fields
 	// Raw is the object exactly as an item of the apiserver's list response.
 	Raw []byte
 }
@@ -54,18 +56,21 @@ type nsCount struct {
 
 func lessCount(a, b nsCount) bool { return a.namespace < b.namespace }
 
-// indexItem orders entries by an indexed field value, then by key, so that a
-// scan of one value yields objects in list order.
+// indexItem orders object keys by an indexed field value, then by key, so
+// that a scan of one value yields objects in list order. It holds the key,
+// not the entry: an update that keeps the indexed value (most updates) then
+// leaves the index tree untouched, and a published snapshot copies only the
+// object tree's path (BenchmarkApplyClone).
 type indexItem struct {
 	value string
-	entry *Entry
+	key   string
 }
 
 func lessIndex(a, b indexItem) bool {
 	if a.value != b.value {
 		return a.value < b.value
 	}
-	return a.entry.Key < b.entry.Key
+	return a.key < b.key
 }
 
 // Snapshot is an immutable view of a store at one resourceVersion. It is safe
@@ -174,11 +179,15 @@ func (s *Snapshot) Page(req PageRequest) Page {
 	}
 	if req.IndexValue != nil && s.index != nil {
 		value := *req.IndexValue
-		s.index.AscendGreaterOrEqual(indexItem{value: value, entry: &Entry{Key: start}}, func(it indexItem) bool {
+		s.index.AscendGreaterOrEqual(indexItem{value: value, key: start}, func(it indexItem) bool {
 			if it.value != value {
 				return false
 			}
-			return visit(it.entry)
+			e, ok := s.objects.Get(&Entry{Key: it.key})
+			if !ok {
+				return true // unreachable: the index and objects trees change together
+			}
+			return visit(e)
 		})
 		if req.Limit > 0 && len(page.Items) == req.Limit && !req.MoreInIndex && !budgetSpent {
 			page.More = s.hasAfter(prefix, page.LastKey)

@@ -12,10 +12,15 @@ import (
 	"k8s.io/utils/clock"
 )
 
+// HistoryMinBytes is the least history a relative bound (HistoryMaxRatio)
+// allows a store: about a thousand changes of small objects. Not measured.
+const HistoryMinBytes = 4 << 20
+
 // snapshotOverheadBytes estimates the tree nodes one applied change copies,
 // which the snapshot before it keeps alive. Measured with BenchmarkApplyClone
-// at 100k pods: 9.8 KB per event (3 trees, degree 32).
-const snapshotOverheadBytes = 10 << 10
+// at 100k pods: 3.3 KB per event (the object tree's path at degree 32; the
+// index and count trees change only when a value or namespace count does).
+const snapshotOverheadBytes = 4 << 10
 
 // Sentinel errors returned by Store readers.
 var (
@@ -38,6 +43,13 @@ type StoreConfig struct {
 	// HistoryMaxBytes bounds the bytes held only by history snapshots
 	// (objects since replaced or deleted). 0 means no bound.
 	HistoryMaxBytes int64
+	// HistoryMaxRatio bounds the same bytes relative to the latest
+	// snapshot's object bytes (0.1: history adds at most 10%), but never
+	// below HistoryMinBytes, so that small stores keep some history. 0 means
+	// no relative bound. When either bound trims history, pinned snapshots
+	// older than the oldest one kept are released as well; their continue
+	// tokens are then handed to the apiserver.
+	HistoryMaxRatio float64
 	// PinnedSnapshots is the size of the LRU of snapshots pinned by issued
 	// continue tokens. 0 selects 128.
 	PinnedSnapshots int
@@ -322,18 +334,23 @@ func (s *Store) Stop() {
 // the byte bound. history[len-1] is the latest and is never dropped.
 func (s *Store) trimHistoryLocked(history []*Snapshot) []*Snapshot {
 	cutoff := s.clock.Now().Add(-s.cfg.History)
-	drop := 0
+	maxBytes := s.historyMaxBytesLocked()
+	drop, trimmedBySize := 0, false
 	for drop < len(s.supersededAt) {
 		tooOld := !s.supersededAt[drop].After(cutoff)
-		tooBig := s.cfg.HistoryMaxBytes > 0 && s.historyBytes > s.cfg.HistoryMaxBytes
+		tooBig := maxBytes > 0 && s.historyBytes > maxBytes
 		if !tooOld && !tooBig {
 			break
 		}
+		trimmedBySize = trimmedBySize || tooBig
 		s.historyBytes -= s.freed[drop]
 		drop++
 	}
 	if drop == 0 {
 		return history
+	}
+	if trimmedBySize {
+		s.releasePinsBeforeLocked(history[drop].rv)
 	}
 	s.supersededAt = s.supersededAt[drop:]
 	s.freed = s.freed[drop:]
@@ -342,6 +359,29 @@ func (s *Store) trimHistoryLocked(history []*Snapshot) []*Snapshot {
 	// released when a later append reallocates, which keeps trimming O(1)
 	// amortised at the cost of up to one window of extra history in memory.
 	return history[drop:]
+}
+
+// historyMaxBytesLocked is the byte bound on history now: the tighter of
+// HistoryMaxBytes and HistoryMaxRatio (with its floor); 0 is no bound.
+func (s *Store) historyMaxBytesLocked() int64 {
+	bound := s.cfg.HistoryMaxBytes
+	if s.cfg.HistoryMaxRatio > 0 {
+		relative := max(int64(s.cfg.HistoryMaxRatio*float64(s.bytes)), HistoryMinBytes)
+		if bound == 0 || relative < bound {
+			bound = relative
+		}
+	}
+	return bound
+}
+
+// releasePinsBeforeLocked releases pinned snapshots older than rv: the
+// objects they alone keep would exceed the history bound.
+func (s *Store) releasePinsBeforeLocked(rv uint64) {
+	for _, pinned := range s.pins.Keys() {
+		if pinned < rv {
+			s.pins.Remove(pinned)
+		}
+	}
 }
 
 func (s *Store) publishLocked(v *view) {
@@ -360,15 +400,20 @@ func (s *Store) upsertLocked(e *Entry) (*Entry, bool) {
 	prev, replaced := s.objects.ReplaceOrInsert(e)
 	if replaced {
 		s.bytes -= int64(len(prev.Raw))
-		if s.index != nil {
-			s.index.Delete(indexItem{value: prev.Fields[s.cfg.IndexField], entry: prev})
-		}
 	} else {
 		s.addCountLocked(e.Namespace, 1)
 	}
 	s.bytes += int64(len(e.Raw))
 	if s.index != nil {
-		s.index.ReplaceOrInsert(indexItem{value: e.Fields[s.cfg.IndexField], entry: e})
+		value := e.Fields.Get(s.cfg.IndexField)
+		if replaced {
+			prevValue := prev.Fields.Get(s.cfg.IndexField)
+			if prevValue == value {
+				return prev, replaced
+			}
+			s.index.Delete(indexItem{value: prevValue, key: prev.Key})
+		}
+		s.index.ReplaceOrInsert(indexItem{value: value, key: e.Key})
 	}
 	return prev, replaced
 }
@@ -381,7 +426,7 @@ func (s *Store) deleteLocked(key string) (*Entry, bool) {
 	s.bytes -= int64(len(prev.Raw))
 	s.addCountLocked(prev.Namespace, -1)
 	if s.index != nil {
-		s.index.Delete(indexItem{value: prev.Fields[s.cfg.IndexField], entry: prev})
+		s.index.Delete(indexItem{value: prev.Fields.Get(s.cfg.IndexField), key: prev.Key})
 	}
 	return prev, true
 }

@@ -200,6 +200,48 @@ func TestHistoryByteBound(t *testing.T) {
 	}
 }
 
+// A relative bound keeps history under a fraction of the live bytes (but
+// never under HistoryMinBytes), and releases pins the trimmed history no
+// longer covers, so that neither can hold more than the bound.
+func TestHistoryRatioBound(t *testing.T) {
+	big := func(name string, rv uint64) *Entry {
+		e := entry("a", name, rv, "")
+		e.Raw = make([]byte, 1<<20)
+		return e
+	}
+	var live []*Entry
+	for i := range 100 {
+		live = append(live, big(fmt.Sprintf("p%03d", i), uint64(i+1)))
+	}
+	s := NewStore(StoreConfig{History: time.Hour, HistoryMaxRatio: 0.1})
+	s.Replace(live, 100)
+	snap100, _ := s.At(100)
+	s.Pin(100, snap100)
+	// 100 MiB live: the bound is 10 MiB, about ten 1 MiB replacements.
+	for rv := uint64(101); rv <= 130; rv++ {
+		s.Apply(Change{Entry: big("p000", rv)}, rv)
+		if s.historyBytes > 10<<20 {
+			t.Fatalf("after rv %d: history %d bytes, over 10%% of %d", rv, s.historyBytes, s.bytes)
+		}
+	}
+	if _, err := s.At(100); !errors.Is(err, ErrNotRetained) {
+		t.Errorf("At(100) error = %v, want ErrNotRetained (pin released with the trimmed history)", err)
+	}
+	if _, err := s.At(125); err != nil {
+		t.Errorf("At(125) error = %v, want nil", err)
+	}
+
+	// A small store keeps HistoryMinBytes of history.
+	small := NewStore(StoreConfig{History: time.Hour, HistoryMaxRatio: 0.1})
+	small.Replace([]*Entry{entry("a", "p1", 1, "")}, 1)
+	for rv := uint64(2); rv <= 100; rv++ {
+		small.Apply(Change{Entry: entry("a", "p1", rv, "")}, rv)
+	}
+	if _, err := small.At(2); err != nil {
+		t.Errorf("small store At(2) error = %v, want nil (within HistoryMinBytes)", err)
+	}
+}
+
 func TestWaitFor(t *testing.T) {
 	s := NewStore(StoreConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
