@@ -56,7 +56,8 @@ FUZZ_TARGETS := \
 	pkg/proxy:FuzzSelectorDigest \
 	pkg/snapshot/wire:FuzzDecodeList \
 	pkg/snapshot/wire:FuzzWatchDecoderJSON \
-	pkg/snapshot/wire:FuzzWatchDecoderProtobuf
+	pkg/snapshot/wire:FuzzWatchDecoderProtobuf \
+	pkg/snapshot/gzstitch:FuzzStitch
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

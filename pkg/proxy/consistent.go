@@ -55,8 +55,10 @@ func (l *Lists) consistent(ctx context.Context, entry *storeEntry) (*snapshot.Sn
 		l.cfg.FreshnessMetrics.observe(resource, "progress_timeout", time.Since(start))
 		return nil, 0, "progress_timeout"
 	}
+	proven := time.Now()
 	snap, rv, err := entry.store.WaitFor(ctx, uint64(last))
 	if err != nil {
+		l.checkLag(entry, uint64(last), proven)
 		l.cfg.FreshnessMetrics.observe(resource, "snapshot_timeout", time.Since(start))
 		return nil, 0, "snapshot_timeout"
 	}
@@ -134,7 +136,9 @@ func (l *Lists) atProven(ctx context.Context, entry *storeEntry, rv uint64) (*sn
 	if err != nil {
 		return nil, snapshot.ErrNotRetained
 	}
+	proven := time.Now()
 	if _, _, err := entry.store.WaitFor(ctx, uint64(last)); err != nil {
+		l.checkLag(entry, uint64(last), proven)
 		return nil, snapshot.ErrNotRetained
 	}
 	return entry.store.At(uint64(last))
@@ -174,8 +178,10 @@ func (l *Lists) notOlderThan(ctx context.Context, entry *storeEntry, minRV uint6
 		}
 		return nil, 0, paging.TooLargeResourceVersionError(minRV, uint64(current))
 	}
+	proven := time.Now()
 	snap, rv, err := entry.store.WaitFor(ctx, uint64(last))
 	if err != nil {
+		l.checkLag(entry, uint64(last), proven)
 		return nil, 0, nil
 	}
 	return snap, max(rv, minRV), nil

@@ -11,6 +11,7 @@ import (
 type ListMetrics struct {
 	decisions *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
+	stale     *prometheus.CounterVec
 }
 
 // NewListMetrics registers the list metrics with reg.
@@ -26,7 +27,11 @@ func NewListMetrics(reg prometheus.Registerer) (*ListMetrics, error) {
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
 		}, []string{"resource"}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.duration} {
+	m.stale = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "listproxy", Subsystem: "lists", Name: "served_stale_total",
+		Help: "LISTs answered from the latest snapshot (resourceVersion=0, or a NotOlderThan already met) while the store's watch was down, so possibly behind the apiserver.",
+	}, []string{"resource"})
+	for _, c := range []prometheus.Collector{m.decisions, m.duration, m.stale} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register list metrics: %w", err)
 		}
@@ -44,5 +49,11 @@ func (m *ListMetrics) served(resource, reason string, d time.Duration) {
 	if m != nil {
 		m.decisions.WithLabelValues(resource, SourceSnapshot, reason).Inc()
 		m.duration.WithLabelValues(resource).Observe(d.Seconds())
+	}
+}
+
+func (m *ListMetrics) servedStale(resource string) {
+	if m != nil {
+		m.stale.WithLabelValues(resource).Inc()
 	}
 }

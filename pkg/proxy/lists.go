@@ -53,9 +53,11 @@ type ListsConfig struct {
 	Resources ResourceFilter
 	// Keys seal and open continue tokens.
 	Keys ContinueKeys
-	// History and HistoryMaxBytes bound each store's snapshot history.
+	// History, HistoryMaxBytes and HistoryMaxRatio bound each store's
+	// snapshot history (see snapshot.StoreConfig).
 	History         time.Duration
 	HistoryMaxBytes int64
+	HistoryMaxRatio float64
 	// IdleTTL drops a store that served no LIST for this long.
 	IdleTTL time.Duration
 	// NotOlderThanWait bounds the wait for a snapshot to reach a requested
@@ -88,6 +90,20 @@ type ListsConfig struct {
 	FallbackReject        bool
 	// FreshnessMetrics counts consistent-read outcomes; nil records nothing.
 	FreshnessMetrics *FreshnessMetrics
+	// WatchStallTimeout abandons a store's watch that delivered no event or
+	// bookmark for this long (snapshot.FeederConfig.StallTimeout; 0 selects
+	// snapshot.DefaultStallTimeout).
+	WatchStallTimeout time.Duration
+	// WatchLagTimeout restarts a store's watch when the store stays behind
+	// a revision etcd proved it must reach for this long (lag.go); 0
+	// selects 10s, negative never restarts.
+	WatchLagTimeout time.Duration
+	// Inflight bounds the responses being written at once and sets their
+	// write deadline; the zero value bounds nothing.
+	Inflight InflightConfig
+	// ConsistencyCheck configures comparing snapshots with the apiserver
+	// (verify.go).
+	ConsistencyCheck ConsistencyCheckConfig
 }
 
 // Lists answers cacheable LISTs from snapshots. It implements ListServer.
@@ -95,12 +111,15 @@ type Lists struct {
 	cfg      ListsConfig
 	client   *http.Client
 	registry *registry
+	inflight *inflight
 
 	// ctx bounds every feeder; set by Run.
 	ctx context.Context
 
 	mu     sync.RWMutex
 	stores map[storeKey]*storeEntry // guarded by mu
+
+	verify verifyState // consistency checks (verify.go)
 }
 
 var _ ListServer = (*Lists)(nil)
@@ -117,6 +136,9 @@ type storeEntry struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	lastUsed atomic.Int64 // unix nanoseconds of the last LIST
+	feeder   *snapshot.Feeder
+	// lagCheck is true while a check that the store catches up runs (lag.go).
+	lagCheck atomic.Bool
 
 	// freshMu guards fresh and freshTried. fresh proves consistent reads
 	// for this store; it is started on the first consistent read after the
@@ -128,7 +150,7 @@ type storeEntry struct {
 
 // NewLists builds the snapshot server; Run must be called before it serves.
 func NewLists(cfg ListsConfig) (*Lists, error) {
-	client, err := rest.HTTPClientFor(cfg.Upstream)
+	client, err := rest.HTTPClientFor(withHealthCheckedTransport(cfg.Upstream))
 	if err != nil {
 		return nil, fmt.Errorf("upstream client: %w", err)
 	}
@@ -150,6 +172,7 @@ func NewLists(cfg ListsConfig) (*Lists, error) {
 		cfg:      cfg,
 		client:   client,
 		registry: &registry{discovery: disc, dynamic: dyn, filter: cfg.Resources},
+		inflight: newInflight(cfg.Inflight),
 		stores:   map[storeKey]*storeEntry{},
 	}, nil
 }
@@ -178,6 +201,9 @@ func (l *Lists) Run(ctx context.Context) {
 	go l.registry.refreshLoop(ctx, l.cfg.DiscoveryInterval, l.drop)
 	if l.cfg.IdleTTL > 0 {
 		go l.janitor(ctx)
+	}
+	if l.cfg.ConsistencyCheck.Interval > 0 {
+		go l.verifyLoop(ctx)
 	}
 	<-ctx.Done()
 	l.drop(nil)
@@ -255,6 +281,7 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 		IndexField:      indexField,
 		History:         l.cfg.History,
 		HistoryMaxBytes: l.cfg.HistoryMaxBytes,
+		HistoryMaxRatio: l.cfg.HistoryMaxRatio,
 		OnPublish:       observe.OnPublish,
 	})
 	source := &apiSource{client: l.client, host: strings.TrimSuffix(l.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
@@ -266,9 +293,12 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 		Name:           name,
 		OnRelist:       observe.OnRelist,
 		OnWatchRestart: observe.OnWatchRestart,
+		OnWatching:     observe.OnWatching,
+		OnProgress:     observe.OnProgress,
+		StallTimeout:   l.cfg.WatchStallTimeout,
 	})
 	go feeder.Run(ctx)
-	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel}
+	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel, feeder: feeder}
 	e.lastUsed.Store(time.Now().UnixNano())
 	l.stores[key] = e
 	klog.InfoS("Started snapshot store", "resource", info.GVR.String(), "format", format.String())
@@ -466,7 +496,13 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 		return false, "snapshot_unavailable"
 	}
 
-	page, total := l.page(req, d, token, snap)
+	page, total, slot, status := l.admit(r.Context(), func() (snapshot.Page, int64) { return l.page(req, d, token, snap) })
+	if status != nil {
+		w.Header().Set(HeaderServedFrom, SourceSnapshot)
+		WriteStatus(w, status)
+		return true, "too_many_requests"
+	}
+	defer slot.release()
 	meta := wire.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}
 	if page.More {
 		returned := token.Returned + int64(len(page.Items))
@@ -489,7 +525,11 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 	if env == nil {
 		return false, "not_synced"
 	}
-	l.write(w, r, req.format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items)
+	if (d.Action == paging.ServeLatest || d.Action == paging.ServeNotOlderThan) && entry.feeder != nil && !entry.feeder.Watching() {
+		// Latest data, but the store is not following the apiserver now.
+		l.cfg.Metrics.servedStale(req.info.GVR.GroupResource().String())
+	}
+	l.write(slot.writer(w), r, req.format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items)
 	return true, d.Reason
 }
 

@@ -158,8 +158,8 @@ func NewHandler(cfg Config) (*Handler, error) {
 	return h, nil
 }
 
-// ServeHTTP serves /healthz, /readyz and /metrics itself and every other
-// request from Lists or the apiserver.
+// ServeHTTP serves /healthz, /readyz, /metrics and /debug/listproxy/ (debug.go)
+// itself and every other request from Lists or the apiserver.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case pathHealthz:
@@ -179,6 +179,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		h.metricsH.ServeHTTP(w, r)
 	default:
+		if isDebugPath(r.URL.Path) {
+			h.serveDebug(w, r)
+			return
+		}
 		h.serveAPI(w, r)
 	}
 }

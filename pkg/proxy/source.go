@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/snapshot/wire"
 )
@@ -26,6 +28,26 @@ type apiSource struct {
 }
 
 var _ snapshot.Source = (*apiSource)(nil)
+
+// withHealthCheckedTransport returns upstream adjusted so that client-go
+// builds a transport of its own. Given no TLS settings (an https server
+// trusted through the system roots), no proxy and no dialer, client-go hands
+// out the shared http.DefaultTransport, whose HTTP/2 connections have no
+// health check; every list and watch of every store shares one such
+// connection, and a dead one would hang them all until the kernel gives up
+// on it (15 minutes and more). Its own transport goes through
+// k8s.io/apimachinery/pkg/util/net.SetTransportDefaults, which pings an
+// HTTP/2 connection idle for 30s and drops it if the ping is not answered
+// in 15s (HTTP2_READ_IDLE_TIMEOUT_SECONDS, HTTP2_PING_TIMEOUT_SECONDS).
+// http.ProxyFromEnvironment is what the transport uses anyway.
+func withHealthCheckedTransport(upstream *rest.Config) *rest.Config {
+	if upstream.Proxy != nil || upstream.Transport != nil || upstream.Dial != nil {
+		return upstream
+	}
+	cfg := rest.CopyConfig(upstream)
+	cfg.Proxy = http.ProxyFromEnvironment
+	return cfg
+}
 
 func (s *apiSource) do(ctx context.Context, q url.Values, accept string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.host+s.path+"?"+q.Encode(), nil)

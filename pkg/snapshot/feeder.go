@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -67,6 +69,32 @@ var (
 	ErrNotFound = errors.New("resource not served")
 )
 
+// Reasons a watch is re-established, as reported to OnWatchRestart (a
+// metric label: a fixed set).
+const (
+	// RestartClosed: the apiserver ended the stream (e.g. its timeout).
+	RestartClosed = "closed"
+	// RestartError: the stream failed (connection lost, bad event).
+	RestartError = "error"
+	// RestartGone: the resourceVersion was too old; the feeder relists.
+	RestartGone = "gone"
+	// RestartStalled: no event and no bookmark for StallTimeout.
+	RestartStalled = "stalled"
+	// RestartLagging: a caller of Restart proved the store behind (by
+	// etcd's revisions) for too long.
+	RestartLagging = "lagging"
+)
+
+// RestartReasons lists every reason OnWatchRestart may report.
+var RestartReasons = []string{RestartClosed, RestartError, RestartGone, RestartStalled, RestartLagging}
+
+// DefaultStallTimeout is how long a watch may deliver nothing before it is
+// abandoned. The apiserver's watch cache sends a bookmark to every watcher
+// that allows them about once a minute (defaultBookmarkFrequency in
+// k8s.io/apiserver/pkg/storage/cacher), so three minutes of silence is a
+// stuck stream, not a quiet resource. Not measured.
+const DefaultStallTimeout = 3 * time.Minute
+
 // Extractor builds an Entry (Key, Namespace, Name, RV, Labels, Fields) from an
 // item's bytes. It must copy raw into Entry.Raw if it keeps it.
 type Extractor func(raw []byte) (*Entry, error)
@@ -78,21 +106,52 @@ type FeederConfig struct {
 	Extract Extractor
 	// PageSize is the limit of each page of the initial list; 0 selects 500.
 	PageSize int64
-	// Clock drives backoff; nil selects the real clock.
+	// StallTimeout abandons a watch (or a watch request) that delivered no
+	// event and no bookmark for this long; it is re-established from the
+	// last resourceVersion. 0 selects DefaultStallTimeout; negative never
+	// abandons a watch.
+	StallTimeout time.Duration
+	// Clock drives backoff and stall detection; nil selects the real clock.
 	Clock clock.WithTicker
 	// OnRelist and OnWatchRestart, when set, observe the feeder (metrics).
+	// OnWatchRestart gets one of RestartReasons.
 	OnRelist       func()
 	OnWatchRestart func(reason string)
+	// OnWatching, when set, is called with true when a watch is open and
+	// with false when it ends (the feeder is then reconnecting or listing).
+	OnWatching func(open bool)
+	// OnProgress, when set, is called with the clock's time after each
+	// complete list and each watch event or bookmark.
+	OnProgress func(at time.Time)
 	// Name identifies the feeder in logs.
 	Name string
 }
 
 // Feeder keeps a Store equal to the apiserver: a paginated LIST, then a
 // WATCH with bookmarks from the list's resourceVersion; a broken watch
-// resumes from the last seen resourceVersion, and 410 Gone relists.
+// resumes from the last seen resourceVersion, and 410 Gone relists. A watch
+// that stays silent for StallTimeout, or that Restart is called for, is
+// abandoned and resumed the same way.
 type Feeder struct {
 	cfg FeederConfig
+
+	// watchID identifies the open watch, 0 while none is open (readers of
+	// the store ask on every request: no lock).
+	watchID atomic.Uint64
+	// watches counts the watches opened; Run's goroutine only.
+	watches uint64
+
+	// mu guards abandon.
+	mu sync.Mutex
+	// abandon ends the current watch (or watch request); nil between
+	// watches. It is set before watchID and cleared after it.
+	abandon context.CancelCauseFunc
 }
+
+// abandonedError is the cause of a watch the feeder ended itself.
+type abandonedError struct{ reason string }
+
+func (e *abandonedError) Error() string { return "watch abandoned: " + e.reason }
 
 // NewFeeder returns a feeder; Run starts it.
 func NewFeeder(cfg FeederConfig) *Feeder {
@@ -102,7 +161,37 @@ func NewFeeder(cfg FeederConfig) *Feeder {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.StallTimeout == 0 {
+		cfg.StallTimeout = DefaultStallTimeout
+	}
 	return &Feeder{cfg: cfg}
+}
+
+// Watching reports whether a watch is open, i.e. whether the store follows
+// the apiserver. It is false while the feeder lists, relists or reconnects;
+// the store then serves what it last saw. A silent watch counts as open
+// until StallTimeout abandons it.
+func (f *Feeder) Watching() bool { return f.WatchID() != 0 }
+
+// WatchID identifies the open watch for Restart: a value of its own for
+// every watch, 0 while none is open.
+func (f *Feeder) WatchID() uint64 { return f.watchID.Load() }
+
+// Restart abandons watch id (from WatchID) if it is still open; Run resumes
+// from the last resourceVersion and reports reason (one of RestartReasons)
+// to OnWatchRestart. It returns false, doing nothing, when that watch has
+// ended meanwhile or none is open: the feeder is then already reconnecting
+// or listing.
+func (f *Feeder) Restart(id uint64, reason string) bool {
+	f.mu.Lock()
+	abandon := f.abandon
+	f.mu.Unlock()
+	// Watch id's abandon stays set while id is open.
+	if abandon == nil || id == 0 || f.watchID.Load() != id {
+		return false
+	}
+	abandon(&abandonedError{reason: reason})
+	return true
 }
 
 // Run feeds the store until ctx is done, then stops the store.
@@ -126,6 +215,9 @@ func (f *Feeder) Run(ctx context.Context) {
 			if f.cfg.OnRelist != nil {
 				f.cfg.OnRelist()
 			}
+			if f.cfg.OnProgress != nil {
+				f.cfg.OnProgress(f.cfg.Clock.Now())
+			}
 			rv = listRV
 		}
 		lastRV, progressed, err := f.watch(ctx, rv)
@@ -139,12 +231,16 @@ func (f *Feeder) Run(ctx context.Context) {
 			continue
 		}
 		rv = lastRV
-		reason := "closed"
+		reason := RestartClosed
+		var abandoned *abandonedError
 		switch {
 		case errors.Is(err, ErrGone):
-			reason, rv = "gone", ""
+			reason, rv = RestartGone, ""
+		case errors.As(err, &abandoned):
+			reason = abandoned.reason
+			klog.InfoS("Watch abandoned; re-establishing it", "store", f.cfg.Name, "reason", reason, "resourceVersion", rv)
 		case err != nil:
-			reason = "error"
+			reason = RestartError
 			klog.V(2).InfoS("Watch ended", "store", f.cfg.Name, "err", err)
 		}
 		if f.cfg.OnWatchRestart != nil {
@@ -152,7 +248,7 @@ func (f *Feeder) Run(ctx context.Context) {
 		}
 		if progressed {
 			backoff = wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 10 * time.Second}
-		} else if reason != "gone" {
+		} else if reason != RestartGone {
 			f.sleep(ctx, &backoff)
 		}
 	}
@@ -202,15 +298,40 @@ func (f *Feeder) list(ctx context.Context) (string, error) {
 }
 
 // watch applies events until the stream ends. It returns the resourceVersion
-// to resume from and whether any event arrived.
+// to resume from and whether any event arrived. A watch the feeder abandons
+// (stalled, or Restart) returns an error wrapping *abandonedError.
 func (f *Feeder) watch(ctx context.Context, rv string) (string, bool, error) {
-	w, err := f.cfg.Source.Watch(ctx, rv)
+	wctx, abandon := context.WithCancelCause(ctx)
+	var last atomic.Int64 // unix nanoseconds of the last progress
+	last.Store(f.cfg.Clock.Now().UnixNano())
+	watchdogDone := make(chan struct{})
+	if f.cfg.StallTimeout > 0 {
+		// The first timer exists before the request is sent, so that a
+		// request that never answers is abandoned too.
+		t := f.cfg.Clock.NewTimer(f.cfg.StallTimeout)
+		go func() {
+			defer close(watchdogDone)
+			f.watchdog(wctx, abandon, t, &last)
+		}()
+	} else {
+		close(watchdogDone)
+	}
+	f.setAbandon(abandon)
+	defer func() {
+		f.setAbandon(nil)
+		abandon(nil)
+		<-watchdogDone
+	}()
+
+	w, err := f.cfg.Source.Watch(wctx, rv)
 	if err != nil {
-		return rv, false, fmt.Errorf("watch: %w", err)
+		return rv, false, fmt.Errorf("watch: %w", abandonCause(ctx, wctx, err))
 	}
 	// Closing ends the read of the watch response; the events already read
 	// are applied and there is nothing to lose or retry if it fails.
 	defer func() { _ = w.Close() }()
+	f.setWatching(true)
+	defer f.setWatching(false)
 	progressed := false
 	for {
 		ev, err := w.Next()
@@ -218,7 +339,12 @@ func (f *Feeder) watch(ctx context.Context, rv string) (string, bool, error) {
 			if errors.Is(err, io.EOF) {
 				err = nil
 			}
-			return rv, progressed, err
+			return rv, progressed, abandonCause(ctx, wctx, err)
+		}
+		now := f.cfg.Clock.Now()
+		last.Store(now.UnixNano())
+		if f.cfg.OnProgress != nil {
+			f.cfg.OnProgress(now)
 		}
 		switch ev.Type {
 		case Error:
@@ -242,5 +368,53 @@ func (f *Feeder) watch(ctx context.Context, rv string) (string, bool, error) {
 		default:
 			return rv, progressed, fmt.Errorf("unknown watch event type %q: %w", ev.Type, ErrGone)
 		}
+	}
+}
+
+// abandonCause returns the reason the feeder abandoned the watch of wctx in
+// place of err (a read cut short), or err if it did not.
+func abandonCause(ctx, wctx context.Context, err error) error {
+	var abandoned *abandonedError
+	if ctx.Err() == nil && errors.As(context.Cause(wctx), &abandoned) {
+		return abandoned
+	}
+	return err
+}
+
+// watchdog abandons the watch of ctx once last (unix nanoseconds) is
+// StallTimeout old. t is its first timer, already started.
+func (f *Feeder) watchdog(ctx context.Context, abandon context.CancelCauseFunc, t clock.Timer, last *atomic.Int64) {
+	for {
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		silent := f.cfg.Clock.Since(time.Unix(0, last.Load()))
+		if silent >= f.cfg.StallTimeout {
+			klog.InfoS("Watch stalled: no event or bookmark", "store", f.cfg.Name, "silentFor", silent)
+			abandon(&abandonedError{reason: RestartStalled})
+			return
+		}
+		t = f.cfg.Clock.NewTimer(f.cfg.StallTimeout - silent)
+	}
+}
+
+func (f *Feeder) setAbandon(abandon context.CancelCauseFunc) {
+	f.mu.Lock()
+	f.abandon = abandon
+	f.mu.Unlock()
+}
+
+func (f *Feeder) setWatching(open bool) {
+	if open {
+		f.watches++
+		f.watchID.Store(f.watches)
+	} else {
+		f.watchID.Store(0)
+	}
+	if f.cfg.OnWatching != nil {
+		f.cfg.OnWatching(open)
 	}
 }

@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -16,6 +17,8 @@ type Metrics struct {
 	rv            *prometheus.GaugeVec
 	relists       *prometheus.CounterVec
 	watchRestarts *prometheus.CounterVec
+	watchHealthy  *prometheus.GaugeVec
+	lastProgress  *prometheus.GaugeVec
 }
 
 // NewMetrics registers the store metrics with reg.
@@ -33,9 +36,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		relists: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "relists_total",
 			Help: "Complete lists that (re)filled a store."}, labels),
 		watchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "watch_restarts_total",
-			Help: "Watches that ended and were re-established, by reason (closed, error, gone)."}, append(labels, "reason")),
+			Help: "Watches that ended and were re-established, by reason (closed, error, gone, stalled, lagging)."}, append(labels, "reason")),
+		watchHealthy: gauge("watch_healthy", "1 while the store's watch is open (the store follows the apiserver), 0 while it lists, relists or reconnects."),
+		lastProgress: gauge("last_progress_timestamp_seconds", "Unix time of the store's last complete list, watch event or bookmark."),
 	}
-	for _, c := range []prometheus.Collector{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.rv, m.relists, m.watchRestarts} {
+	for _, c := range []prometheus.Collector{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.rv, m.relists, m.watchRestarts, m.watchHealthy, m.lastProgress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register snapshot metrics: %w", err)
 		}
@@ -48,6 +53,8 @@ type StoreObservers struct {
 	OnPublish      func(Stats)
 	OnRelist       func()
 	OnWatchRestart func(reason string)
+	OnWatching     func(open bool)
+	OnProgress     func(at time.Time)
 }
 
 // For returns the observers of one store; a nil *Metrics observes nothing.
@@ -58,9 +65,11 @@ func (m *Metrics) For(resource, format string) StoreObservers {
 	objects, bytes := m.objects.WithLabelValues(resource, format), m.bytes.WithLabelValues(resource, format)
 	depth, hbytes := m.historyDepth.WithLabelValues(resource, format), m.historyBytes.WithLabelValues(resource, format)
 	rv, relists := m.rv.WithLabelValues(resource, format), m.relists.WithLabelValues(resource, format)
-	for _, reason := range []string{"closed", "error", "gone"} {
+	for _, reason := range RestartReasons {
 		m.watchRestarts.WithLabelValues(resource, format, reason) // export zeros, so rates start at 0
 	}
+	healthy, progress := m.watchHealthy.WithLabelValues(resource, format), m.lastProgress.WithLabelValues(resource, format)
+	healthy.Set(0)
 	return StoreObservers{
 		OnPublish: func(s Stats) {
 			objects.Set(float64(s.Objects))
@@ -71,6 +80,14 @@ func (m *Metrics) For(resource, format string) StoreObservers {
 		},
 		OnRelist:       relists.Inc,
 		OnWatchRestart: func(reason string) { m.watchRestarts.WithLabelValues(resource, format, reason).Inc() },
+		OnWatching: func(open bool) {
+			if open {
+				healthy.Set(1)
+			} else {
+				healthy.Set(0)
+			}
+		},
+		OnProgress: func(at time.Time) { progress.Set(float64(at.UnixNano()) / 1e9) },
 	}
 }
 
@@ -79,7 +96,7 @@ func (m *Metrics) Forget(resource, format string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.GaugeVec{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.rv} {
+	for _, v := range []*prometheus.GaugeVec{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.rv, m.watchHealthy, m.lastProgress} {
 		v.DeleteLabelValues(resource, format)
 	}
 }

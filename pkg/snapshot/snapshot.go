@@ -36,6 +36,9 @@ type Entry struct {
 	Fields fields.Fields
 	// Raw is the object exactly as an item of the apiserver's list response.
 	Raw []byte
+	// gzip holds the item compressed for gzip responses once one needed it
+	// (see Gzip); the only part of an Entry that changes after insertion.
+	gzip gzipCache
 }
 
 // ObjectKey returns the ordering key of an object.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/cmd/listproxy/app"
+	"github.com/listproxy/listproxy/pkg/proxy"
 )
 
 // Listproxy is a listproxy running in the test process in front of a
@@ -27,6 +29,7 @@ type Listproxy struct {
 	cancel context.CancelFunc
 	done   chan error
 	client *http.Client
+	lists  atomic.Pointer[proxy.Lists] // set by app.Config.OnLists
 }
 
 // StartListproxy runs listproxy in-process with args (flags as on the command
@@ -90,6 +93,7 @@ func startListproxy(cp *ControlPlane, dir string, args []string) (*Listproxy, er
 			return nil, err
 		}
 	}
+	cfg.OnLists = lp.lists.Store
 	go func() { lp.done <- app.Run(ctx, cfg) }()
 	if err := lp.waitReady(30 * time.Second); err != nil {
 		_ = lp.Stop()
@@ -119,6 +123,12 @@ func (lp *Listproxy) waitReady(timeout time.Duration) error {
 			return errors.New("listproxy not ready in time")
 		}
 	}
+}
+
+// Lists returns listproxy's snapshot server, to reach its test hooks (e.g.
+// Lists.StoreForTest); nil when it serves no LISTs from snapshots.
+func (lp *Listproxy) Lists() *proxy.Lists {
+	return lp.lists.Load()
 }
 
 // Stop ends listproxy and waits for it to drain.

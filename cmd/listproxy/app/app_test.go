@@ -73,6 +73,14 @@ func TestValidate(t *testing.T) {
 		{name: "port_zero", mutate: func(o *Options) { o.ListenAddress = "127.0.0.1:0" }, wantErrs: []string{"--listen-address", "port must not be 0"}},
 		{name: "negative_durations", mutate: func(o *Options) { o.ShutdownGracePeriod, o.ShutdownDelay = -1, -1 },
 			wantErrs: []string{"--shutdown-grace-period", "--shutdown-delay"}},
+		{name: "negative_consistency_check_interval", mutate: func(o *Options) { o.Cache.ConsistencyCheckInterval = -time.Second },
+			wantErrs: []string{"--consistency-check-interval: must not be negative"}},
+		{name: "negative_inflight_bounds", mutate: func(o *Options) {
+			o.Cache.MaxInflightLists, o.Cache.MaxInflightListBytes, o.Cache.ListQueueWait, o.Cache.ListWriteTimeout = -1, -1, -1, -1
+		}, wantErrs: []string{"--max-inflight-lists", "--max-inflight-list-bytes", "--list-queue-wait", "--list-write-timeout"}},
+		{name: "unbounded_inflight", mutate: func(o *Options) {
+			o.Cache.MaxInflightLists, o.Cache.MaxInflightListBytes, o.Cache.ListQueueWait, o.Cache.ListWriteTimeout = 0, 0, 0, 0
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

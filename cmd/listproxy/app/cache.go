@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -29,12 +30,19 @@ type CacheOptions struct {
 	Resources               []string
 	SnapshotHistory         time.Duration
 	SnapshotHistoryMaxBytes int64
+	SnapshotHistoryMaxRatio float64
 	IdleResourceTTL         time.Duration
 	ContinueTokenKeysFile   string
 	LimitForRV0             bool
 	ListScanBudget          int
 	DiscoveryInterval       time.Duration
 	NotOlderThanWait        time.Duration
+	MaxInflightLists        int
+	MaxInflightListBytes    int64
+	ListQueueWait           time.Duration
+	ListWriteTimeout        time.Duration
+
+	ConsistencyCheckInterval time.Duration
 
 	EtcdServers            []string
 	EtcdCAFile             string
@@ -44,6 +52,9 @@ type CacheOptions struct {
 	EtcdResourcePrefixes   map[string]string
 	ConsistentReadTimeout  time.Duration
 	ConsistentReadFallback string
+
+	WatchStallTimeout time.Duration
+	WatchLagTimeout   time.Duration
 }
 
 // Defaults. The history window and read timeouts follow the apiserver's
@@ -54,6 +65,7 @@ func newCacheOptions() CacheOptions {
 		Resources:               []string{"*"},
 		SnapshotHistory:         150 * time.Second,
 		SnapshotHistoryMaxBytes: 1 << 30,
+		SnapshotHistoryMaxRatio: 0.1,
 		IdleResourceTTL:         15 * time.Minute,
 		LimitForRV0:             true,
 		ListScanBudget:          100000,
@@ -63,6 +75,24 @@ func newCacheOptions() CacheOptions {
 		EtcdResourcePrefixes:    map[string]string{},
 		ConsistentReadTimeout:   3 * time.Second,
 		ConsistentReadFallback:  "apiserver",
+		// Watch health (not measured): the apiserver sends a bookmark to
+		// every watch about once a minute, so 3 minutes of silence is a
+		// stuck stream; a store that etcd proves behind for 10s is too.
+		WatchStallTimeout: snapshot.DefaultStallTimeout,
+		WatchLagTimeout:   10 * time.Second,
+
+		// Not measured: one metadata LIST of each cached resource every
+		// 10 minutes is a small fraction of what listproxy saves.
+		ConsistencyCheckInterval: 10 * time.Minute,
+
+		// In-flight LIST bounds (not measured): the apiserver's
+		// --max-requests-inflight for reads; 2 GiB of responses, so that
+		// three full lists of 150k pods (~600 MB of JSON each) are written
+		// at once and a larger one alone; its 60s request timeout.
+		MaxInflightLists:     400,
+		MaxInflightListBytes: 2 << 30,
+		ListQueueWait:        5 * time.Second,
+		ListWriteTimeout:     60 * time.Second,
 	}
 }
 
@@ -73,6 +103,8 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"How long superseded snapshots are kept for exact-resourceVersion reads and continue tokens.")
 	fs.Int64Var(&o.SnapshotHistoryMaxBytes, "snapshot-history-max-bytes", o.SnapshotHistoryMaxBytes,
 		"Bound on object bytes held only by snapshot history, per resource and representation; 0 for no bound.")
+	fs.Float64Var(&o.SnapshotHistoryMaxRatio, "snapshot-history-max-ratio", o.SnapshotHistoryMaxRatio,
+		"Bound on the bytes held only by snapshot history relative to the live snapshot's bytes, per resource and representation (0.1: history adds at most 10%, but at least 4 MiB is allowed); pinned continue-token snapshots older than the kept history are released (their tokens are handed to the apiserver). 0 for no relative bound.")
 	fs.DurationVar(&o.IdleResourceTTL, "idle-resource-ttl", o.IdleResourceTTL,
 		"Drop a resource's snapshots after this long without a LIST; 0 keeps them forever.")
 	fs.StringVar(&o.ContinueTokenKeysFile, "continue-token-keys-file", o.ContinueTokenKeysFile,
@@ -85,6 +117,16 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"How often API discovery and CustomResourceDefinitions are re-read.")
 	fs.DurationVar(&o.NotOlderThanWait, "not-older-than-wait", o.NotOlderThanWait,
 		"How long a resourceVersion=N (NotOlderThan) list waits for snapshots to reach N before passing through.")
+	fs.DurationVar(&o.ConsistencyCheckInterval, "consistency-check-interval", o.ConsistencyCheckInterval,
+		"How often (jittered by up to 20%) every snapshot is compared with the apiserver at its resourceVersion, by a metadata-only LIST of each resource; a resource whose snapshot differs is dropped and resynced. 0 disables periodic checks (POST /debug/listproxy/consistency still runs one).")
+	fs.IntVar(&o.MaxInflightLists, "max-inflight-lists", o.MaxInflightLists,
+		"Most LIST responses written from snapshots at once; others wait up to --list-queue-wait, then get 429 with Retry-After. 0 for no bound.")
+	fs.Int64Var(&o.MaxInflightListBytes, "max-inflight-list-bytes", o.MaxInflightListBytes,
+		"Most bytes of LIST responses (their items' encoded size) written from snapshots at once; a larger response is written alone. Others wait up to --list-queue-wait, then get 429 with Retry-After. 0 for no bound.")
+	fs.DurationVar(&o.ListQueueWait, "list-queue-wait", o.ListQueueWait,
+		"How long a LIST waits for room under --max-inflight-lists and --max-inflight-list-bytes before it gets 429; 0 rejects at once.")
+	fs.DurationVar(&o.ListWriteTimeout, "list-write-timeout", o.ListWriteTimeout,
+		"Deadline for writing a LIST response from a snapshot; past it the connection is closed and the response's resources are freed. 0 for none.")
 	fs.StringSliceVar(&o.EtcdServers, "etcd-servers", o.EtcdServers,
 		"etcd client URLs of the cluster's etcd, to prove freshness of consistent reads (resourceVersion unset). Empty: consistent reads pass through.")
 	fs.StringVar(&o.EtcdCAFile, "etcd-cafile", o.EtcdCAFile, "CA file to verify etcd's serving certificate.")
@@ -95,6 +137,10 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"Override a resource's etcd key prefix, RESOURCE[.GROUP]=PREFIX (repeatable), e.g. pods=/registry/pods.")
 	fs.DurationVar(&o.ConsistentReadTimeout, "consistent-read-timeout", o.ConsistentReadTimeout,
 		"How long a consistent read may wait for its freshness proof before falling back.")
+	fs.DurationVar(&o.WatchStallTimeout, "watch-stall-timeout", o.WatchStallTimeout,
+		"Re-establish a snapshot store's watch that delivered no event and no bookmark for this long. The apiserver sends bookmarks about once a minute; keep this well above that.")
+	fs.DurationVar(&o.WatchLagTimeout, "watch-lag-timeout", o.WatchLagTimeout,
+		"Re-establish a snapshot store's watch when a consistent read proved with etcd that the store must reach a revision and it has not for this long (needs --etcd-servers).")
 	fs.StringVar(&o.ConsistentReadFallback, "consistent-read-fallback", o.ConsistentReadFallback,
 		"What a consistent read does when freshness cannot be proven in time: apiserver (pass through) or reject (429 with Retry-After).")
 }
@@ -104,7 +150,7 @@ func (o *CacheOptions) validate() []error {
 	if o.ConsistentReadFallback != "apiserver" && o.ConsistentReadFallback != "reject" {
 		errs = append(errs, fmt.Errorf("--consistent-read-fallback: must be apiserver or reject, got %q", o.ConsistentReadFallback))
 	}
-	for name, d := range map[string]time.Duration{"--snapshot-history": o.SnapshotHistory, "--idle-resource-ttl": o.IdleResourceTTL, "--not-older-than-wait": o.NotOlderThanWait} {
+	for name, d := range map[string]time.Duration{"--snapshot-history": o.SnapshotHistory, "--idle-resource-ttl": o.IdleResourceTTL, "--not-older-than-wait": o.NotOlderThanWait, "--list-queue-wait": o.ListQueueWait, "--list-write-timeout": o.ListWriteTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", name, d))
 		}
@@ -112,11 +158,26 @@ func (o *CacheOptions) validate() []error {
 	if o.ConsistentReadTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--consistent-read-timeout: must be positive, got %v", o.ConsistentReadTimeout))
 	}
+	if o.ConsistencyCheckInterval < 0 {
+		errs = append(errs, fmt.Errorf("--consistency-check-interval: must not be negative, got %v", o.ConsistencyCheckInterval))
+	}
+	if o.WatchStallTimeout <= 0 || o.WatchLagTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--watch-stall-timeout and --watch-lag-timeout: must be positive, got %v and %v", o.WatchStallTimeout, o.WatchLagTimeout))
+	}
 	if o.DiscoveryInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--discovery-refresh-interval: must be positive, got %v", o.DiscoveryInterval))
 	}
+	if o.SnapshotHistoryMaxRatio < 0 || math.IsNaN(o.SnapshotHistoryMaxRatio) || math.IsInf(o.SnapshotHistoryMaxRatio, 0) {
+		errs = append(errs, fmt.Errorf("--snapshot-history-max-ratio: must be a non-negative number, got %v", o.SnapshotHistoryMaxRatio))
+	}
 	if o.SnapshotHistoryMaxBytes < 0 || o.ListScanBudget < 0 {
 		errs = append(errs, errors.New("--snapshot-history-max-bytes and --list-scan-budget: must not be negative"))
+	}
+	if o.MaxInflightLists < 0 {
+		errs = append(errs, fmt.Errorf("--max-inflight-lists: must not be negative, got %d", o.MaxInflightLists))
+	}
+	if o.MaxInflightListBytes < 0 {
+		errs = append(errs, fmt.Errorf("--max-inflight-list-bytes: must not be negative, got %d", o.MaxInflightListBytes))
 	}
 	if (o.EtcdCertFile == "") != (o.EtcdKeyFile == "") {
 		errs = append(errs, errors.New("--etcd-certfile and --etcd-keyfile: set both or neither"))
@@ -177,12 +238,17 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (pr
 	if err != nil {
 		return nil, err
 	}
+	inflightMetrics, err := proxy.NewInflightMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	lcfg := proxy.ListsConfig{
 		Upstream:              cfg.Upstream,
 		Resources:             proxy.ResourceFilter(o.Resources),
 		Keys:                  keys,
 		History:               o.SnapshotHistory,
 		HistoryMaxBytes:       o.SnapshotHistoryMaxBytes,
+		HistoryMaxRatio:       o.SnapshotHistoryMaxRatio,
 		IdleTTL:               o.IdleResourceTTL,
 		NotOlderThanWait:      o.NotOlderThanWait,
 		LimitForRV0:           o.LimitForRV0,
@@ -195,6 +261,15 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (pr
 		ConsistentReadTimeout: o.ConsistentReadTimeout,
 		FallbackReject:        o.ConsistentReadFallback == "reject",
 		FreshnessMetrics:      freshMetrics,
+		WatchStallTimeout:     o.WatchStallTimeout,
+		WatchLagTimeout:       o.WatchLagTimeout,
+		Inflight: proxy.InflightConfig{
+			MaxLists:     o.MaxInflightLists,
+			MaxBytes:     o.MaxInflightListBytes,
+			QueueWait:    o.ListQueueWait,
+			WriteTimeout: o.ListWriteTimeout,
+			Metrics:      inflightMetrics,
+		},
 	}
 	if len(o.EtcdServers) > 0 {
 		tlsConfig, err := o.etcdTLS()
@@ -223,9 +298,17 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (pr
 	} else {
 		klog.InfoS("Consistent reads pass through to the apiserver (no --etcd-servers); other reads are served from snapshots")
 	}
+	consistencyMetrics, err := proxy.NewConsistencyMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	lcfg.ConsistencyCheck = proxy.ConsistencyCheckConfig{Interval: o.ConsistencyCheckInterval, Metrics: consistencyMetrics}
 	lists, err := proxy.NewLists(lcfg)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.OnLists != nil {
+		cfg.OnLists(lists)
 	}
 	go lists.Run(ctx)
 	return lists, nil

@@ -134,6 +134,9 @@ type Config struct {
 	Serving *ServingConfig
 	// Auth, when set, is delegated mode (see proxy.Config.Auth).
 	Auth *proxy.AuthConfig
+	// OnLists, when set, is called with the snapshot server Run starts from
+	// Cache, before it serves. For tests only (test/framework).
+	OnLists func(*proxy.Lists)
 }
 
 // Complete loads the upstream configuration and returns the Config to Run.

@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"encoding/binary"
 	"encoding/json"
-	"fmt"
 	"io"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -59,8 +57,9 @@ var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, wri
 // Errors come from w, except ErrUnsupported for an unstructured envelope in a
 // format other than JSON.
 func WriteList(w io.Writer, f Format, env ListEnvelope, items [][]byte) error {
-	if env.Unstructured && f != JSON {
-		return unsupported("unstructured list in format %v", f)
+	parts, err := SplitList(f, env, items)
+	if err != nil {
+		return err
 	}
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(w)
@@ -68,125 +67,21 @@ func WriteList(w io.Writer, f Format, env ListEnvelope, items [][]byte) error {
 		bw.Reset(nil)
 		writerPool.Put(bw)
 	}()
-	var err error
-	switch f {
-	case JSON, MetaJSON:
-		err = writeJSONList(bw, f, env, items)
-	case Protobuf, MetaProtobuf:
-		err = writeProtoList(bw, env, items)
-	default:
-		return unsupported("format %v", f)
+	// bufio.Writer errors are sticky: Flush reports the first.
+	_, _ = bw.Write(parts.Head)
+	var prefix [1 + binary.MaxVarintLen64]byte
+	for i, it := range items {
+		_, _ = bw.Write(AppendItemPrefix(prefix[:0], f, i == 0, it))
+		_, _ = bw.Write(it)
 	}
-	if err != nil {
-		return err
-	}
+	_, _ = bw.Write(parts.Tail)
 	return bw.Flush()
-}
-
-func writeJSONList(w *bufio.Writer, f Format, env ListEnvelope, items [][]byte) error {
-	lm := env.ListMeta
-	var head []byte
-	if env.Unstructured {
-		head = append(head, `{"apiVersion":`...)
-		head = appendJSONString(head, env.APIVersion)
-		head = append(head, `,"items":`...)
-	} else {
-		head = append(head, '{')
-		if env.Kind != "" {
-			head = append(head, `"kind":`...)
-			head = appendJSONString(head, env.Kind)
-			head = append(head, ',')
-		}
-		if env.APIVersion != "" {
-			head = append(head, `"apiVersion":`...)
-			head = appendJSONString(head, env.APIVersion)
-			head = append(head, ',')
-		}
-		meta, err := json.Marshal(metav1.ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount})
-		if err != nil {
-			return fmt.Errorf("encode list metadata: %w", err)
-		}
-		head = append(head, `"metadata":`...)
-		head = append(head, meta...)
-		head = append(head, `,"items":`...)
-	}
-	if _, err := w.Write(head); err != nil {
-		return err
-	}
-	if len(items) == 0 && f == MetaJSON {
-		// PartialObjectMetadataList.Items is nil when empty.
-		if _, err := w.WriteString("null"); err != nil {
-			return err
-		}
-	} else {
-		if err := w.WriteByte('['); err != nil {
-			return err
-		}
-		for i, it := range items {
-			if i > 0 {
-				if err := w.WriteByte(','); err != nil {
-					return err
-				}
-			}
-			if _, err := w.Write(it); err != nil {
-				return err
-			}
-		}
-		if err := w.WriteByte(']'); err != nil {
-			return err
-		}
-	}
-	var tail []byte
-	if env.Unstructured {
-		m := map[string]any{"continue": lm.Continue, "resourceVersion": lm.ResourceVersion}
-		if lm.RemainingItemCount != nil {
-			m["remainingItemCount"] = *lm.RemainingItemCount
-		}
-		meta, err := json.Marshal(m) // sorted keys, as the apiserver's map
-		if err != nil {
-			return fmt.Errorf("encode list metadata: %w", err)
-		}
-		tail = append(tail, `,"kind":`...)
-		tail = appendJSONString(tail, env.Kind)
-		tail = append(tail, `,"metadata":`...)
-		tail = append(tail, meta...)
-	}
-	tail = append(tail, "}\n"...)
-	_, err := w.Write(tail)
-	return err
 }
 
 // appendJSONString appends s as encoding/json does (HTML-escaped).
 func appendJSONString(dst []byte, s string) []byte {
 	b, _ := json.Marshal(s) // strings always marshal
 	return append(dst, b...)
-}
-
-func writeProtoList(w *bufio.Writer, env ListEnvelope, items [][]byte) error {
-	lm := appendProtoListMeta(nil, env.ListMeta)
-	rawLen := 1 + protowire.SizeVarint(uint64(len(lm))) + len(lm)
-	for _, it := range items {
-		rawLen += 1 + protowire.SizeVarint(uint64(len(it))) + len(it)
-	}
-	head := appendUnknownHeader(make([]byte, 0, 64+len(lm)), env.APIVersion, env.Kind, rawLen)
-	head = protowire.AppendTag(head, 1, protowire.BytesType)
-	head = protowire.AppendBytes(head, lm)
-	if _, err := w.Write(head); err != nil {
-		return err
-	}
-	var hdr [1 + binary.MaxVarintLen64]byte
-	for _, it := range items {
-		h := protowire.AppendTag(hdr[:0], 2, protowire.BytesType)
-		h = protowire.AppendVarint(h, uint64(len(it)))
-		if _, err := w.Write(h); err != nil {
-			return err
-		}
-		if _, err := w.Write(it); err != nil {
-			return err
-		}
-	}
-	_, err := w.Write(unknownTrailer)
-	return err
 }
 
 // appendProtoListMeta appends metav1.ListMeta as gogo-generated code encodes

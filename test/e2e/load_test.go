@@ -1,0 +1,468 @@
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/listproxy/listproxy/test/framework"
+)
+
+// Acceptance tests for issue #8, "Load": a storm of concurrent full LISTs
+// costs listproxy bounded memory (bounded in-flight responses, streamed; the
+// excess gets 429 with Retry-After, never passed through), and a client that
+// stops reading holds neither other requests nor the snapshot writer, only
+// its own slot until --list-write-timeout.
+
+const (
+	loadNamespace = "load"
+	// loadItemMarker begins every seeded pod in a JSON PodList (metadata
+	// first, name first), and nothing else in it.
+	loadItemMarker   = `{"metadata":{"name":"load-`
+	loadStormClients = 200
+	// The storm's bounds: far below what 200 full lists need, so most of
+	// them queue. 128 MiB is three full lists of 30k pods of ~1.4 KB.
+	loadMaxInflightLists = 8
+	loadMaxInflightBytes = 128 << 20
+	loadQueueWait        = 2 * time.Second
+	loadWriteTimeout     = 8 * time.Second
+)
+
+// loadPods is how many pods TestLoad seeds: $LISTPROXY_LOAD_PODS, default 30000.
+func loadPods(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv("LISTPROXY_LOAD_PODS")
+	if v == "" {
+		return 30000
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("LISTPROXY_LOAD_PODS=%q: want a positive number", v)
+	}
+	return n
+}
+
+// TestLoad seeds one cluster of small pods, then runs the storm and the
+// slow reader against their own listproxy each.
+func TestLoad(t *testing.T) {
+	n := loadPods(t)
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx := context.Background()
+	if err := cp.CreateNamespace(ctx, loadNamespace, nil); err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	seedLoadPods(ctx, t, cp, n)
+	t.Logf("created %d pods in %v", n, time.Since(begin).Round(time.Millisecond))
+
+	t.Run("storm", func(t *testing.T) { testLoadStorm(ctx, t, cp, n) })
+	t.Run("slow_reader", func(t *testing.T) { testLoadSlowReader(ctx, t, cp, n) })
+}
+
+// seedLoadPods creates n pods of about 1.4 KB each as the apiserver stores
+// them (no service account token volume, one toleration instead of the two
+// the apiserver would add), posting pre-encoded JSON: client-side encoding
+// under -race would otherwise cost more than the apiserver.
+func seedLoadPods(ctx context.Context, t *testing.T, cp *framework.ControlPlane, n int) {
+	t.Helper()
+	client, err := rest.HTTPClientFor(cp.AdminConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cp.AdminConfig.Host + "/api/v1/namespaces/" + loadNamespace + "/pods"
+	err = framework.Parallel(ctx, 16, n, func(ctx context.Context, i int) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, strings.NewReader(loadPodJSON(fmt.Sprintf("load-%05d", i), i)))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/vnd.kubernetes.protobuf")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusCreated {
+			err = fmt.Errorf("create pod %d: HTTP %d: %q", i, resp.StatusCode, body)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("seeding pods: %v", err)
+	}
+}
+
+func loadPodJSON(name string, i int) string {
+	return fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"labels":{"app":"load","shard":"%d"}},`+
+		`"spec":{"nodeName":"node-%d","automountServiceAccountToken":false,"tolerations":[{"operator":"Exists"}],"containers":[{"name":"c","image":"pause"}]}}`,
+		name, i%16, i%100)
+}
+
+// testLoadStorm: 200 concurrent full LISTs against a listproxy whose bounds
+// admit a few at a time. Every answer is a complete list of every pod or a
+// 429 with Retry-After and a Status, none passes through, and the Go heap of
+// this process (listproxy runs in it) stays within a bound that does not
+// depend on the number of clients.
+func testLoadStorm(ctx context.Context, t *testing.T, cp *framework.ControlPlane, n int) {
+	lp := framework.StartListproxy(t, cp,
+		"--resources=pods", "--etcd-servers="+cp.EtcdEndpoint, "--consistent-read-fallback=reject",
+		"--max-inflight-lists="+strconv.Itoa(loadMaxInflightLists),
+		"--max-inflight-list-bytes="+strconv.Itoa(loadMaxInflightBytes),
+		"--list-queue-wait="+loadQueueWait.String(),
+		"--list-write-timeout="+loadWriteTimeout.String())
+	lpc := newRawClient(t, lp.Config())
+	const path = "/api/v1/pods"
+	begin := time.Now()
+	waitServedFromSnapshot(ctx, t, lpc, path, url.Values{"resourceVersion": {"0"}, "limit": {"1"}})
+	waitServedFromSnapshot(ctx, t, lpc, path, url.Values{"limit": {"1"}})
+	t.Logf("listproxy synced in %v", time.Since(begin).Round(time.Millisecond))
+
+	// One full list, decoded completely, to check the streaming checks
+	// below against.
+	code, hdr, body, err := lpc.get(ctx, path, url.Values{"resourceVersion": {"0"}}, acceptJSON)
+	if err != nil || code != http.StatusOK || hdr.Get("X-Listproxy-Served-From") != "snapshot" {
+		t.Fatalf("full LIST: %d from %q, %v", code, hdr.Get("X-Listproxy-Served-From"), err)
+	}
+	var list struct {
+		Kind  string `json:"kind"`
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatalf("full LIST is not JSON: %v", err)
+	}
+	names := map[string]bool{}
+	for _, p := range list.Items {
+		names[p.Metadata.Name] = true
+	}
+	if list.Kind != "PodList" || len(list.Items) != n || len(names) != n || bytes.Count(body, []byte(loadItemMarker)) != n {
+		t.Fatalf("full LIST: kind %q with %d items, %d names, %d markers; want PodList with %d each", list.Kind, len(list.Items), len(names), bytes.Count(body, []byte(loadItemMarker)), n)
+	}
+	listBytes := len(body)
+	list.Items, names, body = nil, nil, nil
+	t.Logf("a full list is %d MiB (%d bytes per pod), checked in %v", listBytes>>20, listBytes/n, time.Since(begin).Round(time.Millisecond))
+
+	// Live heap with the snapshots loaded and nothing in flight.
+	runtime.GC()
+	baseline := heapLive()
+
+	transport := &http.Transport{MaxIdleConnsPerHost: loadStormClients, DisableCompression: true}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+	stopSampling := sampleHeap()
+	begin = time.Now()
+	results := make([]stormResult, loadStormClients)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := url.Values{"resourceVersion": {"0"}}
+			if i%2 == 1 {
+				q = nil // consistent
+			}
+			<-start
+			results[i] = stormList(ctx, client, lp.URL+path, q, i%4 == 3)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	elapsed := time.Since(begin)
+	peak := stopSampling()
+
+	counts := map[string]int{}
+	limiterRejections := 0
+	for i, r := range results {
+		switch {
+		case r.err != nil:
+			t.Errorf("client %d: %v", i, r.err)
+		case r.servedFrom != "snapshot":
+			t.Errorf("client %d: HTTP %d answered by %q, want listproxy's snapshot side (never passed through)", i, r.code, r.servedFrom)
+		case r.code == http.StatusOK:
+			if r.items != n || !bytes.HasPrefix(r.head, []byte(`{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"`)) || !bytes.HasSuffix(r.tail, []byte("]}\n")) {
+				t.Errorf("client %d: 200 with %d of %d pods in %d bytes, starting %q, ending %q; want a complete PodList", i, r.items, n, r.bytes, r.head, r.tail)
+			}
+		case r.code == http.StatusTooManyRequests:
+			if r.retryAfter == "" || r.status.Kind != "Status" || r.status.Code != http.StatusTooManyRequests ||
+				r.status.Reason != metav1.StatusReasonTooManyRequests || r.status.Details == nil || r.status.Details.RetryAfterSeconds < 1 {
+				t.Errorf("client %d: 429 with Retry-After %q and Status %+v; want Retry-After and a TooManyRequests Status with retryAfterSeconds", i, r.retryAfter, r.status)
+			}
+			if r.status.Message == "Too many requests, please try again later." {
+				limiterRejections++
+			}
+		default:
+			t.Errorf("client %d: HTTP %d, want 200 or 429", i, r.code)
+		}
+		counts[strconv.Itoa(r.code)]++
+	}
+	t.Logf("%d concurrent full LISTs in %v: %v by code (%d rejected by the in-flight bound, the rest of the 429s by the consistent-read fallback)",
+		loadStormClients, elapsed.Round(time.Millisecond), counts, limiterRejections)
+	if counts["200"] == 0 {
+		t.Errorf("no LIST of the storm succeeded")
+	}
+
+	// Bound: the heap may grow to twice its live size between collections
+	// (GOGC=100); live is the baseline plus what is in flight. In flight
+	// listproxy holds per admitted response a page of item pointers and the
+	// slices written (~32 B per item) and possibly a gzip writer (~1 MB),
+	// at most loadMaxInflightLists of them, plus per queued request and
+	// per client connection a few KB; 64 MiB covers that with room. It does
+	// not grow with the number of clients; 200 unbounded responses would
+	// hold over 200 MiB at 30k pods.
+	allowance := uint64(64 << 20)
+	bound := 2 * (baseline + allowance)
+	t.Logf("Go heap: live %d MiB before the storm, peak %d MiB during it (bound %d MiB)", baseline>>20, peak>>20, bound>>20)
+	if peak > bound {
+		t.Errorf("Go heap peaked at %d MiB during the storm, want at most %d MiB (2 × (%d MiB live before + %d MiB in flight))", peak>>20, bound>>20, baseline>>20, allowance>>20)
+	}
+
+	// Everything admitted was released.
+	awaitMetric(ctx, t, lp.URL, "listproxy_lists_inflight", 0)
+	awaitMetric(ctx, t, lp.URL, "listproxy_lists_queued", 0)
+	m := scrapeMetrics(t, lp.URL+"/metrics")
+	if got := m.sum("listproxy_lists_rejected_total"); got != float64(limiterRejections) {
+		t.Errorf("listproxy_lists_rejected_total = %v, want %d (the in-flight bound's 429s)", got, limiterRejections)
+	}
+	if got := m.sum("listproxy_lists_inflight_bytes"); got != 0 {
+		t.Errorf("listproxy_lists_inflight_bytes = %v after the storm, want 0", got)
+	}
+}
+
+// stormResult is one storm client's answer.
+type stormResult struct {
+	code       int
+	servedFrom string
+	retryAfter string
+	status     metav1.Status // 429
+	items      int           // 200: loadItemMarker occurrences
+	bytes      int64
+	head, tail []byte
+	err        error
+}
+
+// stormList sends one JSON LIST and reads its body as it streams, without
+// keeping it.
+func stormList(ctx context.Context, client *http.Client, u string, q url.Values, gzipped bool) stormResult {
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return stormResult{err: err}
+	}
+	req.Header.Set("Accept", acceptJSON)
+	if gzipped {
+		req.Header.Set("Accept-Encoding", "gzip")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return stormResult{err: err}
+	}
+	defer resp.Body.Close()
+	r := stormResult{code: resp.StatusCode, servedFrom: resp.Header.Get("X-Listproxy-Served-From"), retryAfter: resp.Header.Get("Retry-After")}
+	var body io.Reader = resp.Body
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		body = zr
+	}
+	if r.code != http.StatusOK {
+		data, err := io.ReadAll(body)
+		if err == nil {
+			err = json.Unmarshal(data, &r.status)
+		}
+		r.err = err
+		return r
+	}
+	c := &markerCounter{marker: []byte(loadItemMarker)}
+	_, r.err = io.Copy(c, body)
+	r.items, r.bytes, r.head, r.tail = c.count, c.n, c.head, c.tail
+	return r
+}
+
+// markerCounter counts occurrences of marker in what is written to it, and
+// keeps the first and last bytes.
+type markerCounter struct {
+	marker     []byte
+	count      int
+	n          int64
+	head, tail []byte
+	carry      []byte // the last len(marker)-1 bytes written
+}
+
+func (c *markerCounter) Write(p []byte) (int, error) {
+	m := len(c.marker)
+	// Occurrences across the previous write and this one.
+	edge := append(append(make([]byte, 0, 2*m), c.carry...), p[:min(len(p), m-1)]...)
+	c.count += bytes.Count(edge, c.marker) + bytes.Count(p, c.marker)
+	c.carry = append(c.carry, p...)
+	c.carry = append(c.carry[:0], c.carry[max(0, len(c.carry)-(m-1)):]...)
+	if len(c.head) < 128 {
+		c.head = append(c.head, p[:min(len(p), 128-len(c.head))]...)
+	}
+	c.tail = append(c.tail, p[max(0, len(p)-16):]...)
+	c.tail = append(c.tail[:0], c.tail[max(0, len(c.tail)-16):]...)
+	c.n += int64(len(p))
+	return len(p), nil
+}
+
+// heapLive is the live heap as of the last collection.
+func heapLive() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// sampleHeap samples the heap's object bytes (live and not yet collected)
+// every few milliseconds until the returned func is called; that returns the
+// peak.
+func sampleHeap() func() uint64 {
+	stop, done := make(chan struct{}), make(chan uint64)
+	go func() {
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		var peak uint64
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			metrics.Read(s)
+			peak = max(peak, s[0].Value.Uint64())
+			select {
+			case <-stop:
+				done <- peak
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() uint64 {
+		close(stop)
+		return <-done
+	}
+}
+
+// awaitMetric polls lpURL's /metrics until the sum of name's samples is want.
+func awaitMetric(ctx context.Context, t *testing.T, lpURL, name string, want float64) {
+	t.Helper()
+	var got float64
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		got = scrapeMetrics(t, lpURL+"/metrics").sum(name)
+		return got == want, nil
+	})
+	if err != nil {
+		t.Fatalf("%s = %v, want %v: %v", name, got, want, err)
+	}
+}
+
+// testLoadSlowReader: a client opens a full LIST and never reads it. While
+// it is stuck, other LISTs are answered and writes reach new snapshots;
+// after --list-write-timeout its connection is closed and its slot freed.
+func testLoadSlowReader(ctx context.Context, t *testing.T, cp *framework.ControlPlane, n int) {
+	const writeTimeout = 8 * time.Second
+	lp := framework.StartListproxy(t, cp, "--resources=pods", "--etcd-servers="+cp.EtcdEndpoint, "--list-write-timeout="+writeTimeout.String())
+	lpc := newRawClient(t, lp.Config())
+	const path = "/api/v1/pods"
+	full := url.Values{"resourceVersion": {"0"}}
+	waitServedFromSnapshot(ctx, t, lpc, path, url.Values{"resourceVersion": {"0"}, "limit": {"1"}})
+
+	// A receive buffer of a few KB (fixed, so not auto-tuned): the
+	// response, tens of MB at the default pod count, cannot fit into the
+	// socket buffers on either side.
+	dialer := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	conn, err := dialer.DialContext(ctx, "tcp", strings.TrimPrefix(lp.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	stuckAt := time.Now()
+	if _, err := fmt.Fprintf(conn, "GET %s?%s HTTP/1.1\r\nHost: listproxy\r\nAccept: application/json\r\n\r\n", path, full.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	awaitMetric(ctx, t, lp.URL, "listproxy_lists_inflight", 1)
+
+	// Other LISTs are answered meanwhile: a full one...
+	code, hdr, body, err := lpc.get(ctx, path, full, acceptJSON)
+	if err != nil || code != http.StatusOK || hdr.Get("X-Listproxy-Served-From") != "snapshot" || bytes.Count(body, []byte(loadItemMarker)) != n {
+		t.Fatalf("full LIST while a reader is stuck: HTTP %d from %q with %d of %d pods, %v", code, hdr.Get("X-Listproxy-Served-From"), bytes.Count(body, []byte(loadItemMarker)), n, err)
+	}
+	listBytes := len(body)
+	body = nil
+	// ...and a write is applied to the snapshots: a NotOlderThan read at
+	// its resourceVersion is answered from a snapshot that has it.
+	var pod corev1.Pod
+	if err := json.Unmarshal([]byte(loadPodJSON("extra-1", 1)), &pod); err != nil {
+		t.Fatal(err)
+	}
+	created, err := cp.Clientset(framework.UserAdmin).CoreV1().Pods(loadNamespace).Create(ctx, &pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := getListAnswer(ctx, lpc, "/api/v1/namespaces/"+loadNamespace+"/pods", url.Values{
+		"resourceVersion": {created.ResourceVersion}, "resourceVersionMatch": {"NotOlderThan"}, "fieldSelector": {"metadata.name=extra-1"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.code != http.StatusOK || a.servedFrom != "snapshot" || len(a.items) != 1 || parseRV(t, a.meta.ResourceVersion) < parseRV(t, created.ResourceVersion) {
+		t.Fatalf("NotOlderThan LIST at the new pod's RV %s while a reader is stuck: HTTP %d from %q, %d items at RV %s; want the pod, from a snapshot",
+			created.ResourceVersion, a.code, a.servedFrom, len(a.items), a.meta.ResourceVersion)
+	}
+	m := scrapeMetrics(t, lp.URL+"/metrics")
+	if inflight, timeouts := m.sum("listproxy_lists_inflight"), m.sum("listproxy_lists_write_timeouts_total"); inflight != 1 || timeouts != 0 {
+		t.Fatalf("after the other requests: %v responses in flight, %v write timeouts; want the stuck one still writing (is the response, %d bytes, larger than the socket buffers?)", inflight, timeouts, listBytes)
+	}
+	t.Logf("while one reader was stuck for %v: a full list (%d MiB) and a NotOlderThan list at a new write were answered from snapshots",
+		time.Since(stuckAt).Round(time.Millisecond), listBytes>>20)
+
+	// The deadline passes: the slot is freed and the connection closed.
+	awaitMetric(ctx, t, lp.URL, "listproxy_lists_write_timeouts_total", 1)
+	awaitMetric(ctx, t, lp.URL, "listproxy_lists_inflight", 0)
+	freedAfter := time.Since(stuckAt)
+	if freedAfter < writeTimeout {
+		t.Errorf("stuck response freed after %v, before its %v write deadline", freedAfter, writeTimeout)
+	}
+	if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	received, err := io.Copy(io.Discard, conn)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the stuck connection is still open after its write timeout (%d bytes read)", received)
+	}
+	if received >= int64(listBytes) {
+		t.Errorf("the stuck client received %d bytes, want fewer than the %d-byte list: it was cut short", received, listBytes)
+	}
+	t.Logf("stuck response freed %v after the request (write timeout %v); the client got %d KiB before the connection closed (%v)",
+		freedAfter.Round(time.Millisecond), writeTimeout, received>>10, err)
+}
