@@ -78,10 +78,13 @@ func (l *Lists) consistentReadTimeout() time.Duration {
 // number of keys under it at the snapshot's resourceVersion must equal the
 // snapshot's object count, else the prefix is wrong and consistent reads of
 // the resource would be unprovable. It returns nil while the prefix could
-// not be verified (etcd unreachable within ctx, or the snapshot's revision
-// compacted), and a tracker that is not verified for a wrong prefix. Callers
+// not be verified (no etcd configured, etcd unreachable within ctx, or the
+// snapshot's revision compacted), and a tracker that is not verified for a wrong prefix. Callers
 // bound ctx: other callers wait on freshMu meanwhile.
 func (l *Lists) freshFor(ctx context.Context, entry *storeEntry) *freshTracker {
+	if l.cfg.Freshness == nil {
+		return nil // no etcd: nothing can be proven
+	}
 	entry.freshMu.Lock()
 	defer entry.freshMu.Unlock()
 	if entry.fresh != nil || time.Since(entry.freshTried) < freshRetryInterval {

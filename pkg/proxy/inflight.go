@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
 
@@ -21,14 +22,16 @@ import (
 // finishes in time instead of all of them sharing the bandwidth until they
 // all time out.
 //
-// A response weighs the encoded bytes of its items, known once its page is
-// selected and before anything is written: a thousand small pages fit where
-// two full lists of a large cluster queue. A response heavier than MaxBytes
-// weighs MaxBytes, so it is written alone rather than never. Responses are
-// admitted in arrival order (a heavy one at the head is not overtaken, so it
-// cannot starve); the rest wait up to QueueWait, then get 429 with
-// Retry-After. They never pass through: that would move the storm onto the
-// apiserver.
+// A response weighs the encoded bytes of its items: a thousand small pages
+// fit where two full lists of a large cluster queue. Without selectors the
+// weight is known before the page is selected (exact for a full list, else
+// the item count times the mean object size), so a queued or rejected full
+// list costs nothing; with selectors it is measured on the selected page. A
+// response heavier than MaxBytes weighs MaxBytes, so it is written alone
+// rather than never. Responses are admitted in arrival order (a heavy one at
+// the head is not overtaken, so it cannot starve); the rest wait up to
+// QueueWait, then get the apiserver's 429 with Retry-After. They never pass
+// through: that would move the storm onto the apiserver.
 type InflightConfig struct {
 	// MaxLists bounds the number of responses being written; 0 is no bound.
 	MaxLists int
@@ -37,7 +40,9 @@ type InflightConfig struct {
 	// QueueWait bounds how long a response waits for room; 0 rejects at once.
 	QueueWait time.Duration
 	// WriteTimeout is each response's write deadline, counted from when it
-	// starts writing; past it the connection is closed. 0 is none.
+	// starts writing (the apiserver's request timeout is 60s); past it the
+	// response is cut short: its HTTP/1.1 connection is closed, its HTTP/2
+	// stream reset. 0 is none.
 	WriteTimeout time.Duration
 	// Metrics records admission; nil records nothing.
 	Metrics *InflightMetrics
@@ -188,25 +193,68 @@ func (f *inflight) admitLocked() {
 	}
 }
 
-// admit selects a page with pageFn and admits its response for writing. A
-// response that must wait drops its page meanwhile, so that queued requests
-// hold no items, and selects it again once admitted: pageFn reads an
-// immutable snapshot, so the page is the same. On rejection admit returns the
-// 429 to answer with; otherwise the caller must call slot.release.
-func (l *Lists) admit(ctx context.Context, pageFn func() (snapshot.Page, int64)) (snapshot.Page, int64, *listSlot, *apierrors.StatusError) {
-	page, total := pageFn()
-	w := l.inflight.enqueue(itemBytes(page.Items))
+// admit admits a response for writing and selects its page with pageFn. The
+// response weighs estimate, or, when that is negative, exactly its page's
+// item bytes, selected first. A response that must wait holds no page
+// meanwhile (one selected for its weight is dropped and selected again once
+// admitted: pageFn reads an immutable snapshot, so it is the same page). On
+// rejection admit returns the 429 to answer with; otherwise the caller must
+// call slot.release.
+func (l *Lists) admit(ctx context.Context, estimate int64, pageFn func() (snapshot.Page, int64)) (snapshot.Page, int64, *listSlot, *apierrors.StatusError) {
+	var page snapshot.Page
+	var total int64
+	selected := false
+	weight := estimate
+	if weight < 0 {
+		page, total = pageFn()
+		weight, selected = itemBytes(page.Items), true
+	}
+	w := l.inflight.enqueue(weight)
 	if w == nil {
 		return snapshot.Page{}, 0, nil, tooManyListsError()
 	}
 	if !w.admitted() {
-		page = snapshot.Page{}
+		page, selected = snapshot.Page{}, false
 		if err := l.inflight.wait(ctx, w); err != nil {
 			return snapshot.Page{}, 0, nil, tooManyListsError()
 		}
+	}
+	if !selected {
 		page, total = pageFn()
 	}
 	return page, total, &listSlot{f: l.inflight, weight: w.weight}, nil
+}
+
+// estimateWeight is the weight of a response without selectors, known
+// without selecting its page: the items it will hold (the namespace's or all
+// objects, less those returned on earlier pages, up to the limit) times the
+// snapshot's mean object size; for a full list, its exact item bytes. It is
+// -1 when selectors decide the items.
+func (l *Lists) estimateWeight(req listRequest, d paging.Decision, token paging.Token, snap *snapshot.Snapshot) int64 {
+	objects := int64(snap.Len())
+	if req.selectors || objects == 0 {
+		return -1
+	}
+	items := int64(snap.Count(req.col.Namespace))
+	if d.Action == paging.ServeContinue {
+		items = max(0, token.Total-token.Returned)
+	}
+	if limit := int64(l.pageLimit(req, d)); limit > 0 {
+		items = min(items, limit)
+	}
+	if items == objects {
+		return snap.Bytes()
+	}
+	return items * (snap.Bytes() / objects)
+}
+
+// pageLimit is the most items a page holds; 0 is no limit. Upstream ignores
+// limit for resourceVersion="0"; LimitForRV0 honours it.
+func (l *Lists) pageLimit(req listRequest, d paging.Decision) int {
+	if d.Action == paging.ServeLatest && !l.cfg.LimitForRV0 {
+		return 0
+	}
+	return int(req.query.limit)
 }
 
 // tooManyListsError is the 429 for a LIST that found no room in time.

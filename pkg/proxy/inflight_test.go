@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
 
@@ -255,20 +256,26 @@ func TestInflightWait(t *testing.T) {
 	}
 }
 
-// TestAdmit: a response that must wait selects its page again once
-// admitted; one that finds no room gets the apiserver's 429.
+// TestAdmit: a response of known weight selects its page once admitted; one
+// weighed by its page selects it first, and again after waiting; one that
+// finds no room gets the apiserver's 429.
 func TestAdmit(t *testing.T) {
 	items := []*snapshot.Entry{{Key: "a", Raw: make([]byte, 60)}, {Key: "b", Raw: make([]byte, 40)}}
 	tests := []struct {
-		name      string
-		queueWait time.Duration
-		held      int64 // weight admitted before, released once the response queues
-		wantCalls int
-		wantErr   bool
+		name       string
+		estimate   int64
+		queueWait  time.Duration
+		held       int64 // weight admitted before, released once the response queues
+		wantCalls  int
+		wantWeight int64
+		wantErr    bool
 	}{
-		{name: "room", queueWait: time.Second, wantCalls: 1},
-		{name: "waits_then_room", queueWait: time.Second, held: 50, wantCalls: 2},
-		{name: "no_room", held: 50, wantCalls: 1, wantErr: true},
+		{name: "estimated", estimate: 70, queueWait: time.Second, wantCalls: 1, wantWeight: 70},
+		{name: "estimated_waits_then_room", estimate: 70, queueWait: time.Second, held: 50, wantCalls: 1, wantWeight: 70},
+		{name: "estimated_no_room", estimate: 70, held: 50, wantCalls: 0, wantErr: true},
+		{name: "weighed_by_page", estimate: -1, queueWait: time.Second, wantCalls: 1, wantWeight: 100},
+		{name: "weighed_by_page_waits_then_room", estimate: -1, queueWait: time.Second, held: 50, wantCalls: 2, wantWeight: 100},
+		{name: "weighed_by_page_no_room", estimate: -1, held: 50, wantCalls: 1, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -295,7 +302,7 @@ func TestAdmit(t *testing.T) {
 				calls++
 				return snapshot.Page{Items: items}, int64(len(items))
 			}
-			page, total, slot, status := l.admit(context.Background(), pageFn)
+			page, total, slot, status := l.admit(context.Background(), tc.estimate, pageFn)
 			<-released
 			if calls != tc.wantCalls {
 				t.Errorf("page selected %d times, want %d", calls, tc.wantCalls)
@@ -311,12 +318,57 @@ func TestAdmit(t *testing.T) {
 			if status != nil {
 				t.Fatalf("admit = %v, want admitted", status)
 			}
-			if len(page.Items) != len(items) || total != int64(len(items)) || slot.weight != 100 {
-				t.Errorf("admitted %d items of %d, weight %d; want 2 of 2, weight 100", len(page.Items), total, slot.weight)
+			if len(page.Items) != len(items) || total != int64(len(items)) || slot.weight != tc.wantWeight {
+				t.Errorf("admitted %d items of %d, weight %d; want 2 of 2, weight %d", len(page.Items), total, slot.weight, tc.wantWeight)
 			}
 			slot.release()
 			if lists, bytes := f.inflightCountsForTest(); lists != 0 || bytes != 0 {
 				t.Errorf("after release: %d lists, %d bytes in flight; want none", lists, bytes)
+			}
+		})
+	}
+}
+
+func TestEstimateWeight(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	var entries []*snapshot.Entry
+	for _, k := range []struct {
+		ns, name string
+		size     int
+	}{{"a", "1", 100}, {"a", "2", 200}, {"a", "3", 300}, {"b", "1", 400}} {
+		entries = append(entries, &snapshot.Entry{Key: snapshot.ObjectKey(k.ns, k.name), Namespace: k.ns, Name: k.name, Raw: make([]byte, k.size)})
+	}
+	store.Replace(entries, 10)
+	snap, _, err := store.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mean = 250
+	tests := []struct {
+		name        string
+		namespace   string
+		limit       int64
+		selectors   bool
+		action      paging.Action
+		token       paging.Token
+		limitForRV0 bool
+		want        int64
+	}{
+		{name: "full_list_is_exact", action: paging.ServeConsistent, want: 1000},
+		{name: "namespace", namespace: "a", action: paging.ServeConsistent, want: 3 * mean},
+		{name: "limit", limit: 2, action: paging.ServeConsistent, want: 2 * mean},
+		{name: "limit_beyond_the_list", limit: 10, action: paging.ServeConsistent, want: 1000},
+		{name: "rest_of_a_continued_list", action: paging.ServeContinue, token: paging.Token{Total: 4, Returned: 3}, want: mean},
+		{name: "limit_for_rv0", limit: 1, action: paging.ServeLatest, limitForRV0: true, want: mean},
+		{name: "limit_ignored_for_rv0", limit: 1, action: paging.ServeLatest, want: 1000},
+		{name: "selectors_decide", selectors: true, action: paging.ServeConsistent, want: -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Lists{cfg: ListsConfig{LimitForRV0: tc.limitForRV0}}
+			req := listRequest{col: collection{Namespace: tc.namespace}, query: listQuery{limit: tc.limit}, selectors: tc.selectors}
+			if got := l.estimateWeight(req, paging.Decision{Action: tc.action}, tc.token, snap); got != tc.want {
+				t.Errorf("estimateWeight = %d, want %d", got, tc.want)
 			}
 		})
 	}
@@ -384,69 +436,110 @@ func TestListSlotWriteDeadline(t *testing.T) {
 	}
 }
 
-// TestListSlotWriteTimeoutClosesConnection: a client that stops reading
-// holds a response only until its write deadline; then the write fails, the
-// slot is freed and the connection is closed.
-func TestListSlotWriteTimeoutClosesConnection(t *testing.T) {
-	m, err := NewInflightMetrics(prometheus.NewPedanticRegistry())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newInflight(InflightConfig{MaxLists: 1, WriteTimeout: 200 * time.Millisecond, Metrics: m})
-	handlerDone := make(chan error, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		slot := &listSlot{f: f, weight: f.enqueue(1).weight}
-		defer slot.release()
-		ww := slot.writer(w)
-		chunk := make([]byte, 1<<20)
-		// Far more than socket buffers hold; the write must fail first.
-		for range 1 << 10 {
-			if _, err := ww.Write(chunk); err != nil {
-				handlerDone <- err
-				return
+// TestListSlotWriteTimeout: a client that stops reading holds a response
+// only until its write deadline; then the write fails, the slot is freed,
+// and the client sees the response end (HTTP/1.1: the connection closes;
+// HTTP/2: the stream is reset).
+func TestListSlotWriteTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		http2 bool
+	}{{name: "http1"}, {name: "http2", http2: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewInflightMetrics(prometheus.NewPedanticRegistry())
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		handlerDone <- nil
-	}))
-	defer srv.Close()
+			f := newInflight(InflightConfig{MaxLists: 1, WriteTimeout: 200 * time.Millisecond, Metrics: m})
+			handlerDone := make(chan error, 1)
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				var err error
+				func() {
+					slot := &listSlot{f: f, weight: f.enqueue(1).weight}
+					defer slot.release()
+					ww := slot.writer(w)
+					chunk := make([]byte, 1<<20)
+					// Far more than socket buffers and flow-control
+					// windows hold; the write must fail first.
+					for range 1 << 10 {
+						if _, err = ww.Write(chunk); err != nil {
+							return
+						}
+					}
+				}()
+				handlerDone <- err // after release
+			}))
+			srv.EnableHTTP2 = tc.http2
+			if tc.http2 {
+				srv.StartTLS()
+			} else {
+				srv.Start()
+			}
+			defer srv.Close()
 
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := conn.Write([]byte("GET / HTTP/1.1\r\nHost: test\r\n\r\n")); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-handlerDone:
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("handler write error = %v, want a deadline error", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("handler still writing 30s after its 200ms write deadline")
-	}
-	// The handler's deferred release runs before the server closes the
-	// connection; once the client sees the end, the slot is free.
-	if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
-	if err == nil {
-		_, err = resp.Body.Read(make([]byte, 1))
-		for err == nil {
-			_, err = resp.Body.Read(make([]byte, 1<<20))
-		}
-		resp.Body.Close()
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("connection still open after the write deadline: %v", err)
-	}
-	if lists, _ := f.inflightCountsForTest(); lists != 0 {
-		t.Errorf("%d responses in flight after the timeout, want 0", lists)
-	}
-	if got := testutil.ToFloat64(m.writeTimeouts); got != 1 {
-		t.Errorf("write_timeouts_total = %v, want 1", got)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var body io.Reader
+			if tc.http2 {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				if resp.ProtoMajor != 2 {
+					t.Fatalf("response over %s, want HTTP/2", resp.Proto)
+				}
+				body = resp.Body
+			} else {
+				conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				if _, err := conn.Write([]byte("GET / HTTP/1.1\r\nHost: test\r\n\r\n")); err != nil {
+					t.Fatal(err)
+				}
+				if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				body = conn
+			}
+			// The client reads nothing until the handler is done.
+			select {
+			case err := <-handlerDone:
+				if err == nil {
+					t.Fatal("handler wrote 1 GiB to a client that reads nothing")
+				}
+			case <-ctx.Done():
+				t.Fatal("handler still writing 30s after its 200ms write deadline")
+			}
+			if lists, _ := f.inflightCountsForTest(); lists != 0 {
+				t.Errorf("%d responses in flight after the timeout, want 0", lists)
+			}
+			if got := testutil.ToFloat64(m.writeTimeouts); got != 1 {
+				t.Errorf("write_timeouts_total = %v, want 1", got)
+			}
+			// What was sent drains, then the response ends early.
+			buf := make([]byte, 1<<20)
+			var read int
+			for {
+				n, err := body.Read(buf)
+				read += n
+				if err != nil {
+					if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("response still open after the write deadline (%d bytes read): %v", read, err)
+					}
+					break
+				}
+			}
+			if read >= 1<<30 {
+				t.Errorf("client read the whole response, want it cut short")
+			}
+		})
 	}
 }
 

@@ -33,7 +33,7 @@ func NewInflightMetrics(reg prometheus.Registerer) (*InflightMetrics, error) {
 		}),
 		inflightBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "listproxy", Subsystem: "lists", Name: "inflight_bytes",
-			Help: "Weight of the LIST responses being written from snapshots: their items' encoded bytes, each capped at --max-inflight-list-bytes.",
+			Help: "Weight of the LIST responses being written from snapshots: their items' encoded bytes (estimated from the mean object size for pages without selectors), each capped at the byte bound.",
 		}),
 		queued: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: "listproxy", Subsystem: "lists", Name: "queued",
@@ -50,7 +50,7 @@ func NewInflightMetrics(reg prometheus.Registerer) (*InflightMetrics, error) {
 		}),
 		writeTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "listproxy", Subsystem: "lists", Name: "write_timeouts_total",
-			Help: "LIST responses cut short by --list-write-timeout; their connections were closed.",
+			Help: "LIST responses cut short by their write deadline (HTTP/1.1 connection closed, HTTP/2 stream reset).",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.inflight, m.inflightBytes, m.queued, m.rejections, m.queueWait, m.writeTimeouts} {

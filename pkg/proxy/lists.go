@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -496,7 +495,7 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 		return false, "snapshot_unavailable"
 	}
 
-	page, total, slot, status := l.admit(r.Context(), func() (snapshot.Page, int64) { return l.page(req, d, token, snap) })
+	page, total, slot, status := l.admit(r.Context(), l.estimateWeight(req, d, token, snap), func() (snapshot.Page, int64) { return l.page(req, d, token, snap) })
 	if status != nil {
 		w.Header().Set(HeaderServedFrom, SourceSnapshot)
 		WriteStatus(w, status)
@@ -529,7 +528,7 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 		// Latest data, but the store is not following the apiserver now.
 		l.cfg.Metrics.servedStale(req.info.GVR.GroupResource().String())
 	}
-	l.write(slot.writer(w), r, req.format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items)
+	l.write(slot.writer(w), r, req.format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, !req.selectors)
 	return true, d.Reason
 }
 
@@ -577,7 +576,6 @@ func selectorDigest(labelSelector, fieldSelector string) [32]byte {
 // cache scopes and filters a list (k8s.io/apiserver/pkg/storage/cacher). It
 // returns the page and the item total of the list for remainingItemCount.
 func (l *Lists) page(req listRequest, d paging.Decision, token paging.Token, snap *snapshot.Snapshot) (snapshot.Page, int64) {
-	q := req.query
 	firstPage := d.Action != paging.ServeContinue
 	namespace := req.col.Namespace
 	if firstPage && namespace == "" {
@@ -587,11 +585,7 @@ func (l *Lists) page(req listRequest, d paging.Decision, token paging.Token, sna
 			namespace = ns
 		}
 	}
-	limit := int(q.limit)
-	if d.Action == paging.ServeLatest && !l.cfg.LimitForRV0 {
-		limit = 0
-	}
-	pr := snapshot.PageRequest{Namespace: namespace, After: token.StartKey, Limit: limit, ScanBudget: l.cfg.ScanBudget}
+	pr := snapshot.PageRequest{Namespace: namespace, After: token.StartKey, Limit: l.pageLimit(req, d), ScanBudget: l.cfg.ScanBudget}
 	if req.selectors {
 		labelSel, fieldSel := req.labelSel, req.fieldSel
 		pr.Match = func(e *snapshot.Entry) bool {
@@ -626,8 +620,9 @@ func (l *Lists) page(req listRequest, d paging.Decision, token paging.Token, sna
 }
 
 // write streams a list response from stored bytes, gzipped as the apiserver
-// would for a client that accepts it.
-func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format, env wire.ListEnvelope, entries []*snapshot.Entry) {
+// would for a client that accepts it. unfiltered says the entries are
+// consecutive in key order (see writeGzipList).
+func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format, env wire.ListEnvelope, entries []*snapshot.Entry, unfiltered bool) {
 	items := make([][]byte, len(entries))
 	size := 0
 	for i, e := range entries {
@@ -642,12 +637,7 @@ func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format
 		h.Set("Content-Encoding", "gzip")
 		h.Add("Vary", "Accept-Encoding")
 		w.WriteHeader(http.StatusOK)
-		gw, _ := gzip.NewWriterLevel(w, 1) // level 1, as the apiserver; valid level, no error
-		err := wire.WriteList(gw, format, env, items)
-		if err == nil {
-			err = gw.Close()
-		}
-		if err != nil {
+		if err := writeGzipList(w, format, env, entries, items, unfiltered); err != nil {
 			klog.V(2).InfoS("Writing list response failed", "err", err)
 		}
 		return

@@ -215,9 +215,8 @@ func BenchmarkApplyClone(b *testing.B) {
 	// updates relabel objects spread over the whole key space.
 	updates := make([]*Entry, 4096)
 	for i := range updates {
-		e := *entries[(i*7919)%len(entries)]
-		e.Labels = labels.Set{"idx": strconv.Itoa(i % 10)}
-		updates[i] = &e
+		e := entries[(i*7919)%len(entries)]
+		updates[i] = &Entry{Key: e.Key, Namespace: e.Namespace, Name: e.Name, RV: e.RV, Labels: labels.Set{"idx": strconv.Itoa(i % 10)}, Fields: e.Fields, Raw: e.Raw}
 	}
 	for _, depth := range []int{0, 1000, 10_000} {
 		name := "history=none"
@@ -232,9 +231,8 @@ func BenchmarkApplyClone(b *testing.B) {
 			apply := func() {
 				rv++
 				clk.SetTime(clk.Now().Add(time.Millisecond))
-				e := *updates[i%len(updates)]
-				e.RV = rv
-				s.Apply(Change{Entry: &e}, rv)
+				u := updates[i%len(updates)]
+				s.Apply(Change{Entry: &Entry{Key: u.Key, Namespace: u.Namespace, Name: u.Name, RV: rv, Labels: u.Labels, Fields: u.Fields, Raw: u.Raw}}, rv)
 				i++
 			}
 			for range depth + 1 {

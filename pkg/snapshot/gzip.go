@@ -43,9 +43,25 @@ func (e *Entry) Gzip() *GzipItem {
 	return e.gzip.item.Load()
 }
 
+// GzipCached returns what gzip responses cached on e, or nil.
+func (e *Entry) GzipCached() *GzipItem {
+	return e.gzip.item.Load()
+}
+
 // SetGzipChunk caches c, compressed after the entries with IDs after, in
 // place of any earlier chunk; e keeps its ID. Safe for concurrent use: the
 // last call wins.
 func (e *Entry) SetGzipChunk(c gzstitch.Chunk, after []uint64) {
-	e.gzip.item.Store(&GzipItem{ID: e.Gzip().ID, Chunk: c, After: after})
+	for {
+		old := e.gzip.item.Load()
+		id := uint64(0)
+		if old != nil {
+			id = old.ID
+		} else {
+			id = lastGzipID.Add(1)
+		}
+		if e.gzip.item.CompareAndSwap(old, &GzipItem{ID: id, Chunk: c, After: after}) {
+			return
+		}
+	}
 }

@@ -32,9 +32,9 @@ func (s *Store) CorruptForTest(remove []string, setRV map[string]uint64) error {
 	}
 	for key, rv := range setRV {
 		if prev, ok := s.objects.Get(&Entry{Key: key}); ok {
-			e := *prev // entries are immutable: replace, never modify
-			e.RV = rv
-			s.upsertLocked(&e)
+			// Entries are immutable (and not copyable): replace, never modify.
+			e := &Entry{Key: prev.Key, Namespace: prev.Namespace, Name: prev.Name, RV: rv, Labels: prev.Labels, Fields: prev.Fields, Raw: prev.Raw}
+			s.upsertLocked(e)
 		}
 	}
 	snap := s.snapshotLocked(old.latest.rv)

@@ -219,6 +219,12 @@ func TestDifferentialAgainstAPIServer(t *testing.T) {
 	for _, f := range failures {
 		t.Error(f)
 	}
+	// Lists over 128 KiB come gzipped from both sides and are compared
+	// decompressed.
+	t.Logf("gzipped responses: listproxy %d, apiserver %d", lpc.gzipped.Load(), apic.gzipped.Load())
+	if lpc.gzipped.Load() == 0 {
+		t.Errorf("no listproxy response was gzipped; want large lists gzipped, as the apiserver does")
+	}
 	if served, total := stats.snapshot.Load(), stats.requests.Load(); served*10 < total*9 {
 		t.Errorf("only %d of %d requests were served from snapshots; want at least 90%%", served, total)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,6 +250,9 @@ func (w *world) write(ctx context.Context, rng *rand.Rand) error {
 type rawClient struct {
 	base   string
 	client *http.Client
+	// gzipped counts the responses that came gzipped: net/http asks for
+	// gzip and decompresses (checking the CRC) when no Accept-Encoding is set.
+	gzipped *atomic.Int64
 }
 
 func newRawClient(t *testing.T, cfg *rest.Config) rawClient {
@@ -257,7 +261,7 @@ func newRawClient(t *testing.T, cfg *rest.Config) rawClient {
 	if err != nil {
 		t.Fatalf("http client: %v", err)
 	}
-	return rawClient{base: cfg.Host, client: c}
+	return rawClient{base: cfg.Host, client: c, gzipped: new(atomic.Int64)}
 }
 
 func (c rawClient) get(ctx context.Context, path string, q url.Values, accept string) (int, http.Header, []byte, error) {
@@ -276,6 +280,9 @@ func (c rawClient) get(ctx context.Context, path string, q url.Values, accept st
 		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
+	if resp.Uncompressed && c.gzipped != nil {
+		c.gzipped.Add(1)
+	}
 	var buf bytes.Buffer
 	_, err = io.Copy(&buf, resp.Body)
 	return resp.StatusCode, resp.Header, buf.Bytes(), err

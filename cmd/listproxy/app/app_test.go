@@ -78,6 +78,8 @@ func TestValidate(t *testing.T) {
 		{name: "negative_inflight_bounds", mutate: func(o *Options) {
 			o.Cache.MaxInflightLists, o.Cache.MaxInflightListBytes, o.Cache.ListQueueWait, o.Cache.ListWriteTimeout = -1, -1, -1, -1
 		}, wantErrs: []string{"--max-inflight-lists", "--max-inflight-list-bytes", "--list-queue-wait", "--list-write-timeout"}},
+		{name: "zero_watch_timeouts", mutate: func(o *Options) { o.Cache.WatchStallTimeout, o.Cache.WatchLagTimeout = 0, 0 },
+			wantErrs: []string{"--watch-stall-timeout and --watch-lag-timeout: must be positive"}},
 		{name: "unbounded_inflight", mutate: func(o *Options) {
 			o.Cache.MaxInflightLists, o.Cache.MaxInflightListBytes, o.Cache.ListQueueWait, o.Cache.ListWriteTimeout = 0, 0, 0, 0
 		}},

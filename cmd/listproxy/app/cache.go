@@ -126,7 +126,7 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ListQueueWait, "list-queue-wait", o.ListQueueWait,
 		"How long a LIST waits for room under --max-inflight-lists and --max-inflight-list-bytes before it gets 429; 0 rejects at once.")
 	fs.DurationVar(&o.ListWriteTimeout, "list-write-timeout", o.ListWriteTimeout,
-		"Deadline for writing a LIST response from a snapshot; past it the connection is closed and the response's resources are freed. 0 for none.")
+		"Deadline for writing a LIST response from a snapshot, from when it starts; past it the response is cut short (HTTP/1.1 connection closed, HTTP/2 stream reset) and its resources freed. 0 for none.")
 	fs.StringSliceVar(&o.EtcdServers, "etcd-servers", o.EtcdServers,
 		"etcd client URLs of the cluster's etcd, to prove freshness of consistent reads (resourceVersion unset). Empty: consistent reads pass through.")
 	fs.StringVar(&o.EtcdCAFile, "etcd-cafile", o.EtcdCAFile, "CA file to verify etcd's serving certificate.")

@@ -52,6 +52,9 @@ func NewWriter(w io.Writer) *Writer {
 // Write compresses p at request time. Back-references stay within what
 // Write compressed since the last chunk.
 func (z *Writer) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	if !z.streaming {
 		if z.fw == nil {
 			if fw, ok := flatePool.Get().(*flate.Writer); ok {
