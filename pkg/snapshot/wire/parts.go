@@ -34,6 +34,21 @@ func SplitList(f Format, env ListEnvelope, items [][]byte) (ListParts, error) {
 	return ListParts{}, unsupported("format %v", f)
 }
 
+// ListSize returns the length of the response WriteList writes for f, env
+// and items, without writing it (a Content-Length).
+func ListSize(f Format, env ListEnvelope, items [][]byte) (int64, error) {
+	parts, err := SplitList(f, env, items)
+	if err != nil {
+		return 0, err
+	}
+	n := int64(len(parts.Head) + len(parts.Tail))
+	var prefix [16]byte
+	for i, it := range items {
+		n += int64(len(AppendItemPrefix(prefix[:0], f, i == 0, it)) + len(it))
+	}
+	return n, nil
+}
+
 // AppendItemPrefix appends to dst the bytes WriteList writes just before an
 // item: in JSON a "," unless the item is the first; in protobuf the list's
 // items field tag and the item's length.
