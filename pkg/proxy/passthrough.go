@@ -165,7 +165,18 @@ func (p *passthrough) rewrite(pr *httputil.ProxyRequest) {
 	if c, ok := callerFrom(pr.In.Context()); !ok || !c.ownToken {
 		deleteHeaders(h, callerCredentialHeaders, callerCredentialPrefixes)
 	}
+	// HTTP/2 only: closing its request body never blocks, while an HTTP/1.1
+	// body's Close waits for a pending read, and HTTP/1.1 clients send the
+	// whole body anyway.
+	if pr.In.ProtoMajor == 2 && pr.In.Body != nil && pr.In.Body != http.NoBody {
+		pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), inboundBodyKey{}, pr.In.Body))
+	}
 }
+
+// inboundBodyKey carries a pass-through request's inbound body to
+// modifyResponse (ReverseProxy hands the transport a copy whose Close does
+// nothing).
+type inboundBodyKey struct{}
 
 // deleteHeaders deletes the named headers and those starting with a prefix.
 func deleteHeaders(h http.Header, names, prefixes []string) {
@@ -185,7 +196,8 @@ func (p *passthrough) modifyResponse(res *http.Response) error {
 	res.Header.Set(HeaderServedFrom, SourceAPIServer)
 	// An upgraded connection's body is the connection itself; leave it be.
 	if res.StatusCode != http.StatusSwitchingProtocols {
-		res.Body = &shutdownBody{ReadCloser: res.Body, ctx: res.Request.Context()}
+		inbound, _ := res.Request.Context().Value(inboundBodyKey{}).(io.Closer)
+		res.Body = &shutdownBody{ReadCloser: res.Body, ctx: res.Request.Context(), inbound: inbound}
 	}
 	return nil
 }
@@ -215,9 +227,24 @@ func (p *passthrough) handleError(w http.ResponseWriter, r *http.Request, err er
 // Handler.Shutdown cancelled into io.EOF, so that the response ends cleanly
 // (the client sees the end of a watch, as when the apiserver closes it)
 // instead of being aborted.
+//
+// Closing it also closes the inbound request body. The apiserver may answer
+// before reading the whole body (a 403 from authorization), and an HTTP/2
+// client then stops sending it (inbound is set for HTTP/2 requests only); the transport's Close waits for its copy of
+// the body to end, which would then never happen, and the client would wait
+// for the end of the response forever. Once the response is over, the rest
+// of the body is not needed.
 type shutdownBody struct {
 	io.ReadCloser
-	ctx context.Context
+	ctx     context.Context
+	inbound io.Closer // nil without a request body
+}
+
+func (b *shutdownBody) Close() error {
+	if b.inbound != nil {
+		_ = b.inbound.Close() // unblocks a pending read of the body; nothing to report
+	}
+	return b.ReadCloser.Close()
 }
 
 func (b *shutdownBody) Read(p []byte) (int, error) {

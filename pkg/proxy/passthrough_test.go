@@ -534,3 +534,46 @@ func TestShutdownEndsLongRunning(t *testing.T) {
 		t.Errorf("watch after Shutdown = %d %q, want 503 shutting down", resp.StatusCode, body)
 	}
 }
+
+// The apiserver may answer before reading a request body (a 403 from
+// authorization). An HTTP/2 client whose body is not finished must still get
+// the whole answer: listproxy must not wait for the rest of the body.
+func TestPassthroughEarlyAnswerToUnfinishedHTTP2Body(t *testing.T) {
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = io.WriteString(w, `{"kind":"Status","code":403}`)
+	}))
+	up.EnableHTTP2 = true
+	up.StartTLS()
+	defer up.Close()
+	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: up.Certificate().Raw})
+	h, err := NewHandler(Config{
+		Upstream: &rest.Config{Host: up.URL, BearerToken: upstreamToken, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+
+	body, bodyW := io.Pipe() // the client's body never ends
+	defer bodyW.Close()
+	go func() { _, _ = bodyW.Write([]byte(`{"data":`)) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/api/v1/namespaces/b/configmaps", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if resp.ProtoMajor != 2 || resp.StatusCode != http.StatusForbidden || err != nil || string(got) != `{"kind":"Status","code":403}` {
+		t.Errorf("response HTTP/%d %d %q, read error %v; want HTTP/2 403 with the apiserver's whole body", resp.ProtoMajor, resp.StatusCode, got, err)
+	}
+}
