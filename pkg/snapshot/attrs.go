@@ -54,18 +54,6 @@ func (l Labels) Get(key string) string {
 	return v
 }
 
-// Len is the number of labels.
-func (l Labels) Len() int { return len(l.pairs) / 2 }
-
-// Map returns the labels as a new map.
-func (l Labels) Map() map[string]string {
-	m := make(map[string]string, len(l.pairs)/2)
-	for i := 0; i < len(l.pairs); i += 2 {
-		m[l.pairs[i].Value()] = l.pairs[i+1].Value()
-	}
-	return m
-}
-
 // Lookup returns the value of key and whether it is set.
 func (l Labels) Lookup(key string) (string, bool) {
 	// Label sets are small: a linear scan beats a binary search.

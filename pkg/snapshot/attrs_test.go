@@ -46,9 +46,6 @@ func TestCompactSetsMatchLikeMaps(t *testing.T) {
 			t.Errorf("field selector %q: compact %v, map %v", sel, got, want)
 		}
 	}
-	if got := e.Labels.(Labels).Map(); len(got) != len(labelMap) || got["app"] != "web" {
-		t.Errorf("Labels.Map() = %v, want %v", got, labelMap)
-	}
 }
 
 func TestClusterScopedEntryWithoutLabelsOrFields(t *testing.T) {

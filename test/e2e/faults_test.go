@@ -352,14 +352,7 @@ func TestAPIServerRestartMidWatch(t *testing.T) {
 // store until it is want.
 func waitWatchHealthy(ctx context.Context, t *testing.T, lpURL string, want float64) {
 	t.Helper()
-	var got float64
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		got = scrapeMetrics(t, lpURL+"/metrics").sum("listproxy_snapshot_watch_healthy", podsSeries...)
-		return got == want, nil
-	})
-	if err != nil {
-		t.Fatalf("listproxy_snapshot_watch_healthy of pods is %v, want %v: %v", got, want, err)
-	}
+	awaitMetric(ctx, t, lpURL, time.Minute, want, "listproxy_snapshot_watch_healthy", podsSeries...)
 }
 
 // createPodWhenAble creates pod name, retrying while the apiserver is not

@@ -252,8 +252,8 @@ func testLoadStorm(ctx context.Context, t *testing.T, lp *framework.Listproxy, n
 	}
 
 	// Everything admitted was released.
-	awaitMetric(ctx, t, lp.URL, "listproxy_lists_inflight", 0)
-	awaitMetric(ctx, t, lp.URL, "listproxy_lists_queued", 0)
+	awaitMetric(ctx, t, lp.URL, 30*time.Second, 0, "listproxy_lists_inflight")
+	awaitMetric(ctx, t, lp.URL, 30*time.Second, 0, "listproxy_lists_queued")
 	m := scrapeMetrics(t, lp.URL+"/metrics")
 	if got := m.sum("listproxy_lists_rejected_total"); got != float64(limiterRejections) {
 		t.Errorf("listproxy_lists_rejected_total = %v, want %d (the in-flight bound's 429s)", got, limiterRejections)
@@ -396,16 +396,17 @@ func sampleHeap() func() heapPeaks {
 	}
 }
 
-// awaitMetric polls lpURL's /metrics until the sum of name's samples is want.
-func awaitMetric(ctx context.Context, t *testing.T, lpURL, name string, want float64) {
+// awaitMetric polls lpURL's /metrics for up to within until the sum of
+// name's samples having every label pair in pairs (`key="value"`) is want.
+func awaitMetric(ctx context.Context, t *testing.T, lpURL string, within time.Duration, want float64, name string, pairs ...string) {
 	t.Helper()
 	var got float64
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		got = scrapeMetrics(t, lpURL+"/metrics").sum(name)
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		got = scrapeMetrics(t, lpURL+"/metrics").sum(name, pairs...)
 		return got == want, nil
 	})
 	if err != nil {
-		t.Fatalf("%s = %v, want %v: %v", name, got, want, err)
+		t.Fatalf("%s%v = %v, want %v: %v", name, pairs, got, want, err)
 	}
 }
 
@@ -443,7 +444,7 @@ func testLoadSlowReader(ctx context.Context, t *testing.T, cp *framework.Control
 	if _, err := fmt.Fprintf(conn, "GET %s?%s HTTP/1.1\r\nHost: listproxy\r\nAccept: application/json\r\n\r\n", path, full.Encode()); err != nil {
 		t.Fatal(err)
 	}
-	awaitMetric(ctx, t, lp.URL, "listproxy_lists_inflight", 1)
+	awaitMetric(ctx, t, lp.URL, 30*time.Second, 1, "listproxy_lists_inflight")
 	admittedAfter := time.Since(stuckAt)
 
 	// Other LISTs are answered meanwhile: a full one...
@@ -503,8 +504,8 @@ func testLoadSlowReader(ctx context.Context, t *testing.T, cp *framework.Control
 	}
 
 	// The deadline passes: the slot is freed and the connection closed.
-	awaitMetric(ctx, t, lp.URL, "listproxy_lists_write_timeouts_total", timeoutsBefore+1)
-	awaitMetric(ctx, t, lp.URL, "listproxy_lists_inflight", 0)
+	awaitMetric(ctx, t, lp.URL, 30*time.Second, timeoutsBefore+1, "listproxy_lists_write_timeouts_total")
+	awaitMetric(ctx, t, lp.URL, 30*time.Second, 0, "listproxy_lists_inflight")
 	freedAfter := time.Since(stuckAt)
 	if freedAfter < writeTimeout {
 		t.Errorf("stuck response freed after %v, before its %v write deadline", freedAfter, writeTimeout)
