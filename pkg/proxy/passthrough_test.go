@@ -297,8 +297,8 @@ func upgradeUpstream(t *testing.T, seen chan<- seenRequest) *rest.Config {
 		_ = brw.Flush()
 		for {
 			line, err := brw.ReadString('\n')
-			if err != nil {
-				return
+			if err != nil || line == "quit\n" {
+				return // the deferred Close ends the upgraded stream
 			}
 			fmt.Fprintf(brw, "echo: %s", line)
 			_ = brw.Flush()
@@ -532,6 +532,33 @@ func TestShutdownEndsLongRunning(t *testing.T) {
 	resp, body := p.get(t, "/api/v1/pods?watch=true", nil)
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "shutting down") {
 		t.Errorf("watch after Shutdown = %d %q, want 503 shutting down", resp.StatusCode, body)
+	}
+}
+
+// An upgraded connection whose apiserver side has ended while the client
+// keeps its side open is half-closed: the client has read EOF and may still
+// write. Shutdown must end it too, not wait for the client.
+func TestShutdownEndsHalfClosedUpgrade(t *testing.T) {
+	seen := make(chan seenRequest, 4)
+	p := startProxy(t, upgradeUpstream(t, seen), Config{})
+
+	resp, conn, br := dialUpgrade(t, p.url, http.MethodPost, "/api/v1/namespaces/default/pods/p/attach",
+		http.Header{"Connection": {"Upgrade"}, "Upgrade": {"SPDY/3.1"}})
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answered %d, want 101", resp.StatusCode)
+	}
+	recv(t, seen)
+	if _, err := io.WriteString(conn, "quit\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := br.ReadString('\n'); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the apiserver ended the stream: read %q, %v; want EOF", line, err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err) // it waited for the client to end its side
 	}
 }
 

@@ -269,7 +269,10 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		defer h.longLived.done()
 		ctx, cancel := context.WithCancelCause(r.Context())
 		defer cancel(nil)
-		stopAfter := context.AfterFunc(h.stopCtx, func() { cancel(errShuttingDown) })
+		stopAfter := context.AfterFunc(h.stopCtx, func() {
+			cancel(errShuttingDown)
+			rec.closeHijacked()
+		})
 		defer stopAfter()
 		r = r.WithContext(ctx)
 	}
@@ -347,11 +350,16 @@ func isUpgrade(h http.Header) bool {
 }
 
 // responseRecorder remembers the status code written through it. It keeps
-// flushing and hijacking available to http.ResponseController.
+// flushing and hijacking available to http.ResponseController, and can close
+// a hijacked connection (closeHijacked) on shutdown.
 type responseRecorder struct {
 	http.ResponseWriter
 	code     atomic.Int32 // final status code, or 101 once switched; 0 until then
 	hijacked atomic.Bool
+
+	mu     sync.Mutex // guards conn and closed
+	conn   net.Conn   // the hijacked connection; nil until hijacked
+	closed bool       // closeHijacked was called
 }
 
 // statusCodeClientGone is counted for requests whose client went away before
@@ -379,11 +387,31 @@ func (w *responseRecorder) Flush() { _ = w.FlushError() }
 
 func (w *responseRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err == nil {
-		w.hijacked.Store(true)
-		w.code.CompareAndSwap(0, http.StatusSwitchingProtocols)
+	if err != nil {
+		return conn, brw, err
 	}
-	return conn, brw, err
+	w.hijacked.Store(true)
+	w.code.CompareAndSwap(0, http.StatusSwitchingProtocols)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.conn = conn
+	if w.closed {
+		_ = conn.Close() // shutdown came first; the caller's copies fail at once
+	}
+	return conn, brw, nil
+}
+
+// closeHijacked closes the hijacked connection, now or when it is hijacked.
+// http.Server.Shutdown does not track hijacked connections, and
+// httputil.ReverseProxy keeps an upgraded connection open after the apiserver
+// ended its side until the client ends its own.
+func (w *responseRecorder) closeHijacked() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	if w.conn != nil {
+		_ = w.conn.Close() // ends the copies; nothing to report
+	}
 }
 
 func (w *responseRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
