@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/test/framework"
+	"github.com/listproxy/listproxy/test/framework/freeport"
 )
 
 // env is the running control plane and listproxy, and the clients that
@@ -76,11 +76,11 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 	if err := framework.WriteContinueTokenKeyFile(keysFile); err != nil {
 		return e, err
 	}
-	port, err := freePort()
+	ports, err := freeport.Ports(1)
 	if err != nil {
 		return e, err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--listen-address=" + addr,
@@ -331,15 +331,6 @@ func setEnv(pairs []string) (func(), error) {
 		}
 	}
 	return restore, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	return port, l.Close()
 }
 
 // logWriter prints the framework's progress lines with timestamps.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/listproxy/listproxy/test/framework/freeport"
 )
 
 // etcdBinary is the etcd the integration tests run (make deps builds it).
@@ -26,17 +27,6 @@ var etcdBinary = func() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "_output", "bin", "etcd")
 }()
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // lockedBuffer collects etcd's output for failure reports.
 type lockedBuffer struct {
@@ -67,8 +57,12 @@ func startEtcd(t *testing.T) *clientv3.Client {
 	if _, err := os.Stat(etcdBinary); err != nil {
 		t.Skipf("etcd binary not available (run make deps or set LISTPROXY_ETCD): %v", err)
 	}
-	clientURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	ports, err := freeport.Ports(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientURL := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	out := &lockedBuffer{}
 	cmd := exec.Command(etcdBinary,
 		"--name", "default",

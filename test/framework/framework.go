@@ -26,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/listproxy/listproxy/test/framework/freeport"
 )
 
 // Users with static tokens. Admin is in system:masters; the others are
@@ -201,7 +203,7 @@ func (cp *ControlPlane) prepare() error {
 	if cp.cfg.Controllers {
 		nports = 4
 	}
-	ports, err := freePorts(nports)
+	ports, err := freeport.Ports(nports)
 	if err != nil {
 		return err
 	}
@@ -607,23 +609,6 @@ func waitFor(ctx context.Context, p *Process, what string, check func(context.Co
 		case <-ticker.C:
 		}
 	}
-}
-
-// freePorts returns n distinct free loopback ports. Another process may take
-// one before it is used; on a test machine that is rare enough to accept.
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find free port: %w", err)
-		}
-		// Keep the listener open until all are chosen so the ports differ.
-		// Only held to reserve the port; a Close error changes nothing.
-		defer func() { _ = l.Close() }()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func randomToken() (string, error) {
