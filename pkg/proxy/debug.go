@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
+	rpprof "runtime/pprof"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +22,10 @@ const (
 	// pathConsistency: POST runs a consistency check now and answers its
 	// ConsistencyReport; GET answers the last report.
 	pathConsistency = pathDebugPrefix + "consistency"
+	// pathPprof serves Go's pprof profiles when Config.Profiling is set:
+	// pathPprof alone lists them, pathPprof+NAME serves one (profile, trace,
+	// heap, goroutine, ...).
+	pathPprof = pathDebugPrefix + "pprof/"
 )
 
 // ConsistencyChecker may be implemented by a ListServer (*Lists does) to
@@ -48,6 +54,10 @@ func (h *Handler) serveDebug(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if h.profiling && strings.HasPrefix(r.URL.Path, pathPprof) {
+		servePprof(w, r, strings.TrimPrefix(r.URL.Path, pathPprof))
+		return
+	}
 	checker, ok := h.lists.(ConsistencyChecker)
 	if r.URL.Path != pathConsistency || !ok {
 		WriteStatus(w, notFoundError())
@@ -73,6 +83,36 @@ func (h *Handler) serveDebug(w http.ResponseWriter, r *http.Request) {
 			Reason:  metav1.StatusReasonMethodNotAllowed,
 			Message: fmt.Sprintf("%s is not allowed on %s; use GET or POST", r.Method, r.URL.Path),
 		}})
+	}
+}
+
+// servePprof serves the pprof profile name ("" lists them). net/http/pprof's
+// Index only knows its own /debug/pprof/ prefix, so the names are dispatched
+// here.
+func servePprof(w http.ResponseWriter, r *http.Request, name string) {
+	switch name {
+	case "":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		for _, p := range rpprof.Profiles() {
+			fmt.Fprintf(w, "%s%s (%d)\n", pathPprof, p.Name(), p.Count())
+		}
+		for _, n := range []string{"profile", "trace", "cmdline", "symbol"} {
+			fmt.Fprintf(w, "%s%s\n", pathPprof, n)
+		}
+	case "profile":
+		pprof.Profile(w, r)
+	case "trace":
+		pprof.Trace(w, r)
+	case "cmdline":
+		pprof.Cmdline(w, r)
+	case "symbol":
+		pprof.Symbol(w, r)
+	default:
+		if rpprof.Lookup(name) == nil {
+			WriteStatus(w, notFoundError())
+			return
+		}
+		pprof.Handler(name).ServeHTTP(w, r)
 	}
 }
 

@@ -120,3 +120,35 @@ func TestDebugWithoutChecker(t *testing.T) {
 		t.Errorf("GET %s = %d %q, want a 404 Status", pathConsistency, resp.StatusCode, body)
 	}
 }
+
+// Profiles are served under pathPprof only when Config.Profiling is set;
+// /debug/pprof/ stays the apiserver's.
+func TestDebugPprof(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "upstream "+r.URL.Path)
+	}))
+	defer up.Close()
+	for _, tc := range []struct {
+		name      string
+		profiling bool
+		path      string
+		wantCode  int
+		wantBody  string // substring
+	}{
+		{name: "off", path: pathPprof + "heap?debug=1", wantCode: http.StatusNotFound, wantBody: `"kind":"Status"`},
+		{name: "index", profiling: true, path: pathPprof, wantCode: http.StatusOK, wantBody: pathPprof + "goroutine ("},
+		{name: "heap", profiling: true, path: pathPprof + "heap?debug=1", wantCode: http.StatusOK, wantBody: "heap profile:"},
+		{name: "goroutine", profiling: true, path: pathPprof + "goroutine?debug=1", wantCode: http.StatusOK, wantBody: "goroutine profile:"},
+		{name: "cmdline", profiling: true, path: pathPprof + "cmdline", wantCode: http.StatusOK},
+		{name: "unknown_profile", profiling: true, path: pathPprof + "nothing", wantCode: http.StatusNotFound, wantBody: `"kind":"Status"`},
+		{name: "apiserver_pprof_passes_through", profiling: true, path: "/debug/pprof/heap", wantCode: http.StatusOK, wantBody: "upstream /debug/pprof/heap"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startProxy(t, &rest.Config{Host: up.URL}, Config{Profiling: tc.profiling})
+			resp, body := p.get(t, tc.path, nil)
+			if resp.StatusCode != tc.wantCode || !strings.Contains(body, tc.wantBody) {
+				t.Errorf("GET %s = %d %.200q, want %d containing %q", tc.path, resp.StatusCode, body, tc.wantCode, tc.wantBody)
+			}
+		})
+	}
+}

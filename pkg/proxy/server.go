@@ -88,6 +88,8 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Clock times requests and expires cached readiness. Nil: the real clock.
 	Clock clock.PassiveClock
+	// Profiling serves Go's pprof profiles under /debug/listproxy/pprof/.
+	Profiling bool
 }
 
 // Handler is listproxy's HTTP edge. Create it with NewHandler; call Drain and
@@ -99,6 +101,7 @@ type Handler struct {
 	ready     *readiness
 	metrics   *metrics
 	metricsH  http.Handler
+	profiling bool // serve pathPprof
 	clock     clock.PassiveClock
 	draining  atomic.Bool             // set by Drain and Shutdown: /readyz fails
 	stopCtx   context.Context         // done once Shutdown ends long-running requests
@@ -144,12 +147,13 @@ func NewHandler(cfg Config) (*Handler, error) {
 		return nil, err
 	}
 	h := &Handler{
-		lists:   cfg.Lists,
-		auth:    a,
-		pass:    pass,
-		ready:   newReadiness(pass.transport, pass.target, clk),
-		metrics: m,
-		clock:   clk,
+		lists:     cfg.Lists,
+		auth:      a,
+		pass:      pass,
+		ready:     newReadiness(pass.transport, pass.target, clk),
+		metrics:   m,
+		clock:     clk,
+		profiling: cfg.Profiling,
 	}
 	if gatherer != nil {
 		h.metricsH = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: klog.NewStandardLogger("ERROR")})

@@ -41,6 +41,8 @@ type Options struct {
 	Cache CacheOptions
 	// Auth configures authentication, authorization and TLS.
 	Auth AuthOptions
+	// Profiling serves Go's pprof profiles under /debug/listproxy/pprof/.
+	Profiling bool
 }
 
 // NewOptions returns Options with defaults.
@@ -63,6 +65,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"On SIGTERM or SIGINT, how long in-flight requests may take to finish before their connections are closed. Watches and upgraded connections (exec, attach, port-forward) are ended at once.")
 	fs.DurationVar(&o.ShutdownDelay, "shutdown-delay", o.ShutdownDelay,
 		"On SIGTERM or SIGINT, how long to keep serving with /readyz failing before stopping to accept requests, so that load balancers notice first.")
+	fs.BoolVar(&o.Profiling, "profiling", o.Profiling,
+		"Serve Go's pprof profiles of listproxy under /debug/listproxy/pprof/ (e.g. go tool pprof <url>/debug/listproxy/pprof/profile?seconds=30). In delegated mode callers need get on that non-resource path. /debug/pprof/ is the apiserver's and passes through.")
 	o.Cache.addFlags(fs)
 	o.Auth.addFlags(fs)
 }
@@ -134,6 +138,8 @@ type Config struct {
 	Serving *ServingConfig
 	// Auth, when set, is delegated mode (see proxy.Config.Auth).
 	Auth *proxy.AuthConfig
+	// Profiling: see Options.
+	Profiling bool
 	// OnLists, when set, is called with the snapshot server Run starts from
 	// Cache, before it serves. For tests only (test/framework).
 	OnLists func(*proxy.Lists)
@@ -182,5 +188,6 @@ func (o *Options) Complete() (*Config, error) {
 		ListenAddress:       o.ListenAddress,
 		ShutdownGracePeriod: o.ShutdownGracePeriod,
 		ShutdownDelay:       o.ShutdownDelay,
+		Profiling:           o.Profiling,
 	}, nil
 }

@@ -49,7 +49,7 @@ func Run(ctx context.Context, cfg *Config) error {
 			return err
 		}
 	}
-	h, err := proxy.NewHandler(proxy.Config{Upstream: cfg.Upstream, Lists: lists, Registry: reg, Auth: cfg.Auth})
+	h, err := proxy.NewHandler(proxy.Config{Upstream: cfg.Upstream, Lists: lists, Registry: reg, Auth: cfg.Auth, Profiling: cfg.Profiling})
 	if err != nil {
 		return err
 	}
