@@ -187,9 +187,7 @@ listproxy_http_requests_total{code="200",source="apiserver",verb="other"} 1
 listproxy_http_requests_total{code="200",source="apiserver",verb="watch"} 1
 listproxy_http_requests_total{code="404",source="apiserver",verb="get"} 1
 `
-	if err := testutil.GatherAndCompare(p.reg, strings.NewReader(want), "listproxy_http_requests_total"); err != nil {
-		t.Error(err)
-	}
+	awaitRequestsMetric(t, p.reg, want)
 	if got, want := testutil.CollectAndCount(p.reg, "listproxy_http_request_duration_seconds"), 4; got != want {
 		t.Errorf("listproxy_http_request_duration_seconds has %d series, want %d", got, want)
 	}
@@ -263,6 +261,24 @@ func (fakeLists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// awaitRequestsMetric waits until listproxy_http_requests_total in reg is
+// want. A request is counted as its handler returns, which may be after the
+// client has read a response with a Content-Length.
+func awaitRequestsMetric(t *testing.T, reg prometheus.Gatherer, want string) {
+	t.Helper()
+	var err error
+	deadline := time.Now().Add(testTimeout)
+	for {
+		if err = testutil.GatherAndCompare(reg, strings.NewReader(want), "listproxy_http_requests_total"); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond) // polling a condition, not synchronising
+	}
+}
+
 func TestListServerHook(t *testing.T) {
 	var upstreamHits atomic.Int32
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -301,9 +317,7 @@ listproxy_http_requests_total{code="200",source="apiserver",verb="list"} 1
 listproxy_http_requests_total{code="200",source="apiserver",verb="watch"} 1
 listproxy_http_requests_total{code="200",source="snapshot",verb="list"} 1
 `
-	if err := testutil.GatherAndCompare(p.reg, strings.NewReader(want), "listproxy_http_requests_total"); err != nil {
-		t.Error(err)
-	}
+	awaitRequestsMetric(t, p.reg, want)
 }
 
 func TestNewHandlerErrors(t *testing.T) {
