@@ -500,12 +500,7 @@ func TestShutdownEndsLongRunning(t *testing.T) {
 		t.Fatalf("first event = %q, %v", line, err)
 	}
 
-	resp, conn, br := dialUpgrade(t, p.url, http.MethodPost, "/api/v1/namespaces/default/pods/p/attach",
-		http.Header{"Connection": {"Upgrade"}, "Upgrade": {"SPDY/3.1"}})
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade answered %d, want 101", resp.StatusCode)
-	}
-	recv(t, seen)
+	conn, br := attach(t, p, seen)
 	if _, err := io.WriteString(conn, "ping\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -535,6 +530,19 @@ func TestShutdownEndsLongRunning(t *testing.T) {
 	}
 }
 
+// attach opens an upgraded attach stream through p to upgradeUpstream, which
+// reports the request on seen.
+func attach(t *testing.T, p *testProxy, seen <-chan seenRequest) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	resp, conn, br := dialUpgrade(t, p.url, http.MethodPost, "/api/v1/namespaces/default/pods/p/attach",
+		http.Header{"Connection": {"Upgrade"}, "Upgrade": {"SPDY/3.1"}})
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade answered %d, want 101", resp.StatusCode)
+	}
+	recv(t, seen)
+	return conn, br
+}
+
 // An upgraded connection whose apiserver side has ended while the client
 // keeps its side open is half-closed: the client has read EOF and may still
 // write. Shutdown must end it too, not wait for the client.
@@ -542,12 +550,7 @@ func TestShutdownEndsHalfClosedUpgrade(t *testing.T) {
 	seen := make(chan seenRequest, 4)
 	p := startProxy(t, upgradeUpstream(t, seen), Config{})
 
-	resp, conn, br := dialUpgrade(t, p.url, http.MethodPost, "/api/v1/namespaces/default/pods/p/attach",
-		http.Header{"Connection": {"Upgrade"}, "Upgrade": {"SPDY/3.1"}})
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade answered %d, want 101", resp.StatusCode)
-	}
-	recv(t, seen)
+	conn, br := attach(t, p, seen)
 	if _, err := io.WriteString(conn, "quit\n"); err != nil {
 		t.Fatal(err)
 	}

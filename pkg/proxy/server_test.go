@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -267,15 +268,12 @@ func (fakeLists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 func awaitRequestsMetric(t *testing.T, reg prometheus.Gatherer, want string) {
 	t.Helper()
 	var err error
-	deadline := time.Now().Add(testTimeout)
-	for {
-		if err = testutil.GatherAndCompare(reg, strings.NewReader(want), "listproxy_http_requests_total"); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(err)
-		}
-		time.Sleep(time.Millisecond) // polling a condition, not synchronising
+	_ = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, testTimeout, true, func(context.Context) (bool, error) {
+		err = testutil.GatherAndCompare(reg, strings.NewReader(want), "listproxy_http_requests_total")
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
