@@ -54,10 +54,10 @@ FUZZ_TARGETS := \
 	pkg/proxy:FuzzParseListQuery \
 	pkg/proxy:FuzzNegotiateFormat \
 	pkg/proxy:FuzzSelectorDigest \
-	pkg/snapshot/wire:FuzzDecodeList \
-	pkg/snapshot/wire:FuzzWatchDecoderJSON \
-	pkg/snapshot/wire:FuzzWatchDecoderProtobuf \
-	pkg/snapshot/gzstitch:FuzzStitch
+	pkg/wire:FuzzDecodeList \
+	pkg/wire:FuzzWatchDecoderJSON \
+	pkg/wire:FuzzWatchDecoderProtobuf \
+	pkg/gzstitch:FuzzStitch
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

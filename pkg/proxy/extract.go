@@ -5,7 +5,7 @@ import (
 	"strconv"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/snapshot/wire"
+	"github.com/listproxy/listproxy/pkg/wire"
 )
 
 // newExtractor returns how one resource's items in one representation become

@@ -4,9 +4,9 @@ import (
 	"io"
 	"slices"
 
+	"github.com/listproxy/listproxy/pkg/gzstitch"
 	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/snapshot/gzstitch"
-	"github.com/listproxy/listproxy/pkg/snapshot/wire"
+	"github.com/listproxy/listproxy/pkg/wire"
 )
 
 // gzipChunkLevel is the compress/flate level at which list items are

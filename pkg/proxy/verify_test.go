@@ -26,7 +26,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/snapshot/wire"
+	"github.com/listproxy/listproxy/pkg/wire"
 )
 
 func TestHashKeys(t *testing.T) {

@@ -3,7 +3,7 @@ package snapshot
 import (
 	"sync/atomic"
 
-	"github.com/listproxy/listproxy/pkg/snapshot/gzstitch"
+	"github.com/listproxy/listproxy/pkg/gzstitch"
 )
 
 // GzipItem is what gzip LIST responses keep about an entry: an identity, and

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/listproxy/listproxy/pkg/snapshot/gzstitch"
+	"github.com/listproxy/listproxy/pkg/gzstitch"
 )
 
 func TestEntryGzip(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/listproxy/listproxy/pkg/snapshot/wire"
+	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
 )
 
