@@ -24,7 +24,7 @@ run: deps build
 test: deps test-unit test-e2e
 
 test-unit:
-	$(GO) test -race -count=1 ./pkg/... ./cmd/...
+	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/imports/
 
 test-e2e:
 	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 25m ./test/...
@@ -32,6 +32,7 @@ test-e2e:
 verify:
 	hack/verify-gofmt.sh
 	hack/verify-govet.sh
+	hack/verify-imports.sh
 	hack/verify-golangci-lint.sh
 
 clean:
@@ -50,10 +51,10 @@ bench: deps build
 FUZZTIME ?= 30s
 FUZZ_TARGETS := \
 	pkg/paging:FuzzOpen \
-	pkg/proxy:FuzzParseCollection \
-	pkg/proxy:FuzzParseListQuery \
-	pkg/proxy:FuzzNegotiateFormat \
-	pkg/proxy:FuzzSelectorDigest \
+	pkg/lists:FuzzParseCollection \
+	pkg/lists:FuzzParseListQuery \
+	pkg/lists:FuzzNegotiateFormat \
+	pkg/lists:FuzzSelectorDigest \
 	pkg/wire:FuzzDecodeList \
 	pkg/wire:FuzzWatchDecoderJSON \
 	pkg/wire:FuzzWatchDecoderProtobuf \

@@ -56,7 +56,7 @@ type side struct {
 	Extra         map[string]num `json:"extra,omitempty"`
 }
 
-// targetSpec is what docs/performance.md holds a scenario to (issue 7);
+// targetSpec is what docs/performance.md holds a scenario to;
 // zero fields are not checked.
 type targetSpec struct {
 	CPU             float64 `json:"cpu_ratio_min,omitempty"`

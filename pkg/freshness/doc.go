@@ -19,5 +19,9 @@
 // The package also tracks etcd's compacted revision (CompactedRevision),
 // counts keys under a prefix at a revision (Count, to verify a prefix
 // against a snapshot) and knows where kube-apiserver stores each resource
-// (DefaultPrefix). It imports no other listproxy package.
+// (DefaultPrefix).
+//
+// It owns the etcd side of freshness; it may
+// import pkg/snapshot and must not import pkg/lists, pkg/proxy, pkg/auth,
+// pkg/consistency or pkg/paging.
 package freshness

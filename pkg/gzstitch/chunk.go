@@ -10,6 +10,8 @@
 // after exactly those bytes. Writer stitches chunks and request-time bytes
 // together and computes the gzip trailer's CRC-32 by combining the chunks'
 // CRCs (zlib's crc32_combine), without reading their uncompressed bytes.
+//
+// It imports nothing of listproxy's.
 package gzstitch
 
 import (

@@ -108,7 +108,7 @@ var listOptionsKind = schema.GroupKind{Group: metav1.GroupName, Kind: "ListOptio
 // Decide maps a cacheable LIST's parameters onto an Action, following the
 // apiserver's semantics for get and list
 // (https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list,
-// KEP-2523) and DESIGN.md's table. It is pure: it neither opens tokens nor
+// KEP-2523) and docs/design.md "Semantics table". It is pure: it neither opens tokens nor
 // looks at snapshots.
 //
 // Requests the apiserver would refuse pass through, so the apiserver gives

@@ -94,7 +94,7 @@ func (tc decideCase) request(t *testing.T) Request {
 // decideTable is the specification: every combination of resourceVersion ×
 // resourceVersionMatch × limit × continue. See
 // https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list
-// and DESIGN.md "Request routing". TestDecideAgreesWithAPIServer checks it
+// and docs/design.md "Semantics table". TestDecideAgreesWithAPIServer checks it
 // against the apiserver's own code.
 var decideTable = []decideCase{
 	// {resourceVersion, resourceVersionMatch, limit, continue, want}

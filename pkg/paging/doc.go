@@ -13,4 +13,7 @@
 // https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list,
 // https://kubernetes.io/docs/reference/using-api/api-concepts/#retrieving-large-results-sets-in-chunks,
 // KEP-365 (paginated lists) and KEP-2523 (consistent resourceVersion semantics).
+//
+// It imports nothing of listproxy's: pkg/lists and any other server build
+// on it.
 package paging

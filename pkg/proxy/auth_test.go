@@ -17,6 +17,10 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/rest"
+
+	"github.com/listproxy/listproxy/pkg/httpapi"
+
+	"github.com/listproxy/listproxy/pkg/auth"
 )
 
 // fakeAuthenticator accepts bearer token "alice-token" as alice, removing
@@ -72,10 +76,8 @@ func (a *fakeAuthorizer) calls() int {
 	return len(a.asked)
 }
 
-// podLists serves every LIST of pods, and says so as a ListFilter.
+// podLists serves every LIST of pods, and says so in Cacheable.
 type podLists struct{}
-
-var _ ListFilter = podLists{}
 
 func (podLists) Cacheable(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/pods") }
 
@@ -97,7 +99,7 @@ func TestAuth(t *testing.T) {
 	authz := &fakeAuthorizer{}
 	p := startProxy(t, &rest.Config{Host: up.URL, BearerToken: upstreamToken}, Config{
 		Lists: podLists{},
-		Auth:  &AuthConfig{Authenticator: fakeAuthenticator{}, Authorizer: authz},
+		Auth:  &auth.Config{Authenticator: fakeAuthenticator{}, Authorizer: authz},
 	})
 
 	alice := http.Header{"Authorization": {"Bearer alice-token"}}
@@ -119,32 +121,32 @@ func TestAuth(t *testing.T) {
 		wantAuthz  int    // authorizer calls
 		wantHeader http.Header
 	}{
-		{name: "no_credentials", path: "/api/v1/namespaces/a/pods", wantCode: 401, wantFrom: SourceListproxy,
+		{name: "no_credentials", path: "/api/v1/namespaces/a/pods", wantCode: 401, wantFrom: httpapi.SourceListproxy,
 			wantBody: `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Unauthorized","reason":"Unauthorized","code":401}`},
-		{name: "invalid_token", path: "/api/v1/namespaces/default/configmaps", header: http.Header{"Authorization": {"Bearer nope"}}, wantCode: 401, wantFrom: SourceListproxy},
-		{name: "allowed_list_served", path: "/api/v1/namespaces/a/pods", header: alice, wantCode: 200, wantFrom: SourceSnapshot, wantBody: "PodList", wantAuthz: 1},
-		{name: "denied_cluster_list", path: "/api/v1/pods", header: alice, wantCode: 403, wantFrom: SourceListproxy, wantAuthz: 1,
+		{name: "invalid_token", path: "/api/v1/namespaces/default/configmaps", header: http.Header{"Authorization": {"Bearer nope"}}, wantCode: 401, wantFrom: httpapi.SourceListproxy},
+		{name: "allowed_list_served", path: "/api/v1/namespaces/a/pods", header: alice, wantCode: 200, wantFrom: httpapi.SourceSnapshot, wantBody: "PodList", wantAuthz: 1},
+		{name: "denied_cluster_list", path: "/api/v1/pods", header: alice, wantCode: 403, wantFrom: httpapi.SourceListproxy, wantAuthz: 1,
 			wantBody: `"message":"pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" at the cluster scope","reason":"Forbidden","details":{"kind":"pods"},"code":403}`},
-		{name: "denied_namespaced_list", path: "/api/v1/namespaces/b/pods", header: alice, wantCode: 403, wantFrom: SourceListproxy, wantAuthz: 1,
+		{name: "denied_namespaced_list", path: "/api/v1/namespaces/b/pods", header: alice, wantCode: 403, wantFrom: httpapi.SourceListproxy, wantAuthz: 1,
 			wantBody: `pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" in the namespace \"b\"`},
-		{name: "uncached_list_passes_through_unreviewed", path: "/apis/apps/v1/namespaces/b/deployments", header: alice, wantCode: 200, wantFrom: SourceAPIServer,
+		{name: "uncached_list_passes_through_unreviewed", path: "/apis/apps/v1/namespaces/b/deployments", header: alice, wantCode: 200, wantFrom: httpapi.SourceAPIServer,
 			wantHeader: http.Header{"Authorization": {"Bearer alice-token"}}},
-		{name: "denied_with_selector_passes_through", path: "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", header: alice, wantCode: 200, wantFrom: SourceAPIServer, wantAuthz: 1,
+		{name: "denied_with_selector_passes_through", path: "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", header: alice, wantCode: 200, wantFrom: httpapi.SourceAPIServer, wantAuthz: 1,
 			wantHeader: http.Header{"Authorization": {"Bearer alice-token"}}},
-		{name: "review_error_passes_through", path: "/api/v1/namespaces/broken/pods", header: alice, wantCode: 200, wantFrom: SourceAPIServer, wantAuthz: 1,
+		{name: "review_error_passes_through", path: "/api/v1/namespaces/broken/pods", header: alice, wantCode: 200, wantFrom: httpapi.SourceAPIServer, wantAuthz: 1,
 			wantHeader: http.Header{"Authorization": {"Bearer alice-token"}}},
-		{name: "token_caller_forwarded_with_own_token", path: "/api/v1/namespaces/a/configmaps/x", header: with(alice, "X-Remote-User", "root"), wantCode: 200, wantFrom: SourceAPIServer,
+		{name: "token_caller_forwarded_with_own_token", path: "/api/v1/namespaces/a/configmaps/x", header: with(alice, "X-Remote-User", "root"), wantCode: 200, wantFrom: httpapi.SourceAPIServer,
 			wantHeader: http.Header{"Authorization": {"Bearer alice-token"}}},
-		{name: "token_caller_impersonating_not_cached", path: "/api/v1/namespaces/a/pods", header: with(alice, "Impersonate-User", "bob"), wantCode: 200, wantFrom: SourceAPIServer,
+		{name: "token_caller_impersonating_not_cached", path: "/api/v1/namespaces/a/pods", header: with(alice, "Impersonate-User", "bob"), wantCode: 200, wantFrom: httpapi.SourceAPIServer,
 			wantHeader: http.Header{"Authorization": {"Bearer alice-token"}, "Impersonate-User": {"bob"}}},
-		{name: "certificate_caller_impersonated", path: "/api/v1/namespaces/a/configmaps/x", header: with(carol, "Authorization", "Basic Zm9vOmJhcg=="), wantCode: 200, wantFrom: SourceAPIServer,
+		{name: "certificate_caller_impersonated", path: "/api/v1/namespaces/a/configmaps/x", header: with(carol, "Authorization", "Basic Zm9vOmJhcg=="), wantCode: 200, wantFrom: httpapi.SourceAPIServer,
 			wantHeader: http.Header{
 				"Authorization":     {"Bearer " + upstreamToken},
 				"Impersonate-User":  {"carol"},
 				"Impersonate-Group": {"team-c", user.AllAuthenticated},
 				"Impersonate-Extra-Example.com%2fkey%20with%20space": {"v"},
 			}},
-		{name: "certificate_caller_impersonating_refused", path: "/api/v1/namespaces/a/configmaps/x", header: with(carol, "Impersonate-User", "bob"), wantCode: 403, wantFrom: SourceListproxy},
+		{name: "certificate_caller_impersonating_refused", path: "/api/v1/namespaces/a/configmaps/x", header: with(carol, "Impersonate-User", "bob"), wantCode: 403, wantFrom: httpapi.SourceListproxy},
 		{name: "metrics_unauthenticated", path: "/metrics", wantCode: 401},
 		{name: "metrics_denied", path: "/metrics", header: alice, wantCode: 403, wantAuthz: 1, wantBody: `User \"alice\" cannot get path \"/metrics\"`},
 		{name: "metrics_allowed", path: "/metrics", header: carol, wantCode: 200, wantAuthz: 1, wantBody: "listproxy_proxy_authz_decisions_total"},
@@ -158,14 +160,14 @@ func TestAuth(t *testing.T) {
 				t.Errorf("GET %s = %d %s, want %d with %s", tc.path, resp.StatusCode, body, tc.wantCode, tc.wantBody)
 			}
 			if tc.wantFrom != "" {
-				if got := resp.Header.Get(HeaderServedFrom); got != tc.wantFrom {
-					t.Errorf("%s = %q, want %q", HeaderServedFrom, got, tc.wantFrom)
+				if got := resp.Header.Get(httpapi.HeaderServedFrom); got != tc.wantFrom {
+					t.Errorf("%s = %q, want %q", httpapi.HeaderServedFrom, got, tc.wantFrom)
 				}
 			}
 			if got := authz.calls() - before; got != tc.wantAuthz {
 				t.Errorf("authorizer asked %d times, want %d", got, tc.wantAuthz)
 			}
-			if tc.wantFrom != SourceAPIServer {
+			if tc.wantFrom != httpapi.SourceAPIServer {
 				select {
 				case r := <-seen:
 					t.Errorf("upstream saw %s, want nothing", r.RequestURI)

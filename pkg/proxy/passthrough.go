@@ -14,6 +14,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
 	"k8s.io/klog/v2"
+
+	"github.com/listproxy/listproxy/pkg/auth"
+
+	"github.com/listproxy/listproxy/pkg/httpapi"
 )
 
 // passthrough forwards requests to the apiserver. Request and response
@@ -140,16 +144,16 @@ func (t identityTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if !t.p.delegated {
 		return t.p.transport.RoundTrip(req)
 	}
-	c, ok := callerFrom(req.Context())
+	c, ok := auth.CallerFrom(req.Context())
 	switch {
 	case !ok:
 		return nil, errNoCaller
-	case c.ownToken:
+	case c.OwnToken():
 		return t.p.caller.RoundTrip(req)
 	default:
 		// rewrite removed the caller's own Impersonate-* headers, so these
 		// are the only ones.
-		return transport.NewImpersonatingRoundTripper(c.impersonation(), t.p.transport).RoundTrip(req)
+		return transport.NewImpersonatingRoundTripper(c.Impersonation(), t.p.transport).RoundTrip(req)
 	}
 }
 
@@ -162,7 +166,7 @@ func (p *passthrough) rewrite(pr *httputil.ProxyRequest) {
 		}
 	}
 	deleteHeaders(h, strippedHeaders, strippedHeaderPrefixes)
-	if c, ok := callerFrom(pr.In.Context()); !ok || !c.ownToken {
+	if c, ok := auth.CallerFrom(pr.In.Context()); !ok || !c.OwnToken() {
 		deleteHeaders(h, callerCredentialHeaders, callerCredentialPrefixes)
 	}
 	// HTTP/2 only: closing its request body never blocks, while an HTTP/1.1
@@ -193,7 +197,7 @@ func deleteHeaders(h http.Header, names, prefixes []string) {
 }
 
 func (p *passthrough) modifyResponse(res *http.Response) error {
-	res.Header.Set(HeaderServedFrom, SourceAPIServer)
+	res.Header.Set(httpapi.HeaderServedFrom, httpapi.SourceAPIServer)
 	// An upgraded connection's body is the connection itself; leave it be.
 	if res.StatusCode != http.StatusSwitchingProtocols {
 		inbound, _ := res.Request.Context().Value(inboundBodyKey{}).(io.Closer)
@@ -209,8 +213,8 @@ func (p *passthrough) handleError(w http.ResponseWriter, r *http.Request, err er
 		// The connection is no longer HTTP; nothing can be written.
 		klog.V(2).InfoS("Upgraded connection failed", "path", r.URL.Path, "err", err)
 	case errors.Is(context.Cause(r.Context()), errShuttingDown):
-		w.Header().Set(HeaderServedFrom, SourceAPIServer)
-		WriteStatus(w, shuttingDownError())
+		w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceAPIServer)
+		httpapi.WriteStatus(w, shuttingDownError())
 	case r.Context().Err() != nil:
 		// The client went away; there is no one to answer.
 		if rec != nil {
@@ -218,8 +222,8 @@ func (p *passthrough) handleError(w http.ResponseWriter, r *http.Request, err er
 		}
 	default:
 		klog.ErrorS(err, "Passing request through to the apiserver failed", "method", r.Method, "path", r.URL.Path)
-		w.Header().Set(HeaderServedFrom, SourceAPIServer)
-		WriteStatus(w, unavailableError(err))
+		w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceAPIServer)
+		httpapi.WriteStatus(w, unavailableError(err))
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/listproxy/listproxy/pkg/httpapi"
 )
 
 // testTimeout bounds waits that succeed at once unless the code under test is
@@ -122,11 +124,11 @@ func TestPassthroughHeaders(t *testing.T) {
 	gotHeader := resp.Header.Clone()
 	gotHeader.Del("Date")
 	wantHeader := http.Header{
-		"Content-Type":   {"application/json"},
-		"Content-Length": {"20"},
-		"Audit-Id":       {"a1"},
-		"Warning":        {`299 - "first"`, `299 - "second"`},
-		HeaderServedFrom: {SourceAPIServer},
+		"Content-Type":           {"application/json"},
+		"Content-Length":         {"20"},
+		"Audit-Id":               {"a1"},
+		"Warning":                {`299 - "first"`, `299 - "second"`},
+		httpapi.HeaderServedFrom: {httpapi.SourceAPIServer},
 	}
 	if diff := cmp.Diff(wantHeader, gotHeader); diff != "" {
 		t.Errorf("response headers (-want +got):\n%s", diff)
@@ -403,8 +405,8 @@ func TestPassthroughUpgrade(t *testing.T) {
 			if got, want := resp.Header.Get("Upgrade"), tc.header.Get("Upgrade"); got != want {
 				t.Errorf("response Upgrade = %q, want %q", got, want)
 			}
-			if got := resp.Header.Get(HeaderServedFrom); got != SourceAPIServer {
-				t.Errorf("%s = %q, want %q", HeaderServedFrom, got, SourceAPIServer)
+			if got := resp.Header.Get(httpapi.HeaderServedFrom); got != httpapi.SourceAPIServer {
+				t.Errorf("%s = %q, want %q", httpapi.HeaderServedFrom, got, httpapi.SourceAPIServer)
 			}
 
 			for _, msg := range []string{"hello\n", "again\n"} {
@@ -438,9 +440,9 @@ func TestPassthroughUnavailable(t *testing.T) {
 		t.Fatalf("status = %d, want 503", resp.StatusCode)
 	}
 	wantHeader := map[string]string{
-		"Content-Type":   "application/json",
-		"Retry-After":    "1",
-		HeaderServedFrom: SourceAPIServer,
+		"Content-Type":           "application/json",
+		"Retry-After":            "1",
+		httpapi.HeaderServedFrom: httpapi.SourceAPIServer,
 	}
 	for k, want := range wantHeader {
 		if got := resp.Header.Get(k); got != want {

@@ -1,8 +1,11 @@
-// Package proxy is listproxy's HTTP edge: it serves /healthz, /readyz and
-// /metrics itself, offers cacheable LIST requests to a ListServer, and passes
-// every other request through to the apiserver unchanged. In service mode
-// (Config.Auth) it authenticates callers, authorizes their cached LISTs, and
-// passes requests through with the caller's identity.
+// Package proxy is listproxy's HTTP edge: it serves /healthz, /readyz,
+// /metrics and the debug handlers it is given itself, classifies every other
+// request, offers cacheable LIST requests to a ListServer, passes the rest
+// through to the apiserver unchanged, and tracks long-running requests so
+// that Shutdown can end them. In service mode (Config.Auth, pkg/auth) it
+// authenticates callers, authorizes their cached LISTs, and passes requests
+// through with the caller's identity. It is the top of the import graph
+// below cmd: no listproxy package may import it.
 package proxy
 
 import (
@@ -23,35 +26,22 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/listproxy/listproxy/pkg/auth"
+	"github.com/listproxy/listproxy/pkg/httpapi"
 )
 
-// ListServer answers cacheable LIST requests from snapshots. ServeList returns
-// false, having written nothing, when the request must pass through.
+// ListServer answers cacheable LIST requests from snapshots (pkg/lists).
 type ListServer interface {
+	// Cacheable reports, without side effects, whether r could be answered
+	// from a snapshot at all. In service mode only such LISTs are
+	// authorized by listproxy; the others pass through and the apiserver
+	// authorizes them.
+	Cacheable(r *http.Request) bool
+	// ServeList returns false, having written nothing, when the request
+	// must pass through.
 	ServeList(w http.ResponseWriter, r *http.Request) bool
 }
-
-// ListFilter may be implemented by a ListServer. Cacheable reports, without
-// side effects, whether r could be answered from a snapshot at all. In
-// service mode only such LISTs are authorized by listproxy; the others pass
-// through and the apiserver authorizes them. Without ListFilter every LIST
-// is authorized by listproxy.
-type ListFilter interface {
-	Cacheable(r *http.Request) bool
-}
-
-// HeaderServedFrom is set on every API response and names who answered it:
-// SourceAPIServer, SourceSnapshot or SourceListproxy.
-const HeaderServedFrom = "X-Listproxy-Served-From"
-
-// Values of HeaderServedFrom and of the "source" metric label.
-const (
-	SourceAPIServer = "apiserver"
-	SourceSnapshot  = "snapshot"
-	// SourceListproxy: listproxy refused the request itself (401, 403 in
-	// service mode) without reading a snapshot or the apiserver.
-	SourceListproxy = "listproxy"
-)
 
 // Paths served by listproxy itself rather than by the apiserver.
 const (
@@ -75,7 +65,7 @@ type Config struct {
 	// before a ListServer sees them, and pass-through requests carry the
 	// caller's identity. Nil is sidecar mode: callers are trusted and
 	// listproxy's credentials are used.
-	Auth *AuthConfig
+	Auth *auth.Config
 	// Lists is offered every request whose Kubernetes verb is list, before it
 	// passes through. Nil passes everything through.
 	Lists ListServer
@@ -88,6 +78,10 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Clock times requests and expires cached readiness. Nil: the real clock.
 	Clock clock.PassiveClock
+	// Debug serves DebugPathPrefix+NAME with Debug[NAME] (for example
+	// "consistency"); in service mode callers are authorized for the path
+	// as for /metrics.
+	Debug map[string]http.Handler
 	// Profiling serves Go's pprof profiles under /debug/listproxy/pprof/.
 	Profiling bool
 }
@@ -96,7 +90,8 @@ type Config struct {
 // then Shutdown when the server stops.
 type Handler struct {
 	lists     ListServer
-	auth      *auth // nil in sidecar mode
+	auth      *auth.Auth // nil in sidecar mode
+	debug     map[string]http.Handler
 	pass      *passthrough
 	ready     *readiness
 	metrics   *metrics
@@ -132,13 +127,9 @@ func NewHandler(cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	var a *auth
+	var a *auth.Auth
 	if cfg.Auth != nil {
-		am, err := newAuthMetrics(reg)
-		if err != nil {
-			return nil, err
-		}
-		if a, err = newAuth(cfg.Auth, cfg.Upstream, am); err != nil {
+		if a, err = auth.New(cfg.Auth, cfg.Upstream, reg); err != nil {
 			return nil, err
 		}
 	}
@@ -149,6 +140,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	h := &Handler{
 		lists:     cfg.Lists,
 		auth:      a,
+		debug:     cfg.Debug,
 		pass:      pass,
 		ready:     newReadiness(pass.transport, pass.target, clk),
 		metrics:   m,
@@ -173,12 +165,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case pathMetrics:
 		if h.auth != nil {
 			var ok bool
-			if r, ok = h.auth.authenticate(w, r); !ok || !h.auth.authorizeNonResource(w, r) {
+			if r, ok = h.auth.Authenticate(w, r); !ok || !h.auth.AuthorizeNonResource(w, r) {
 				return
 			}
 		}
 		if h.metricsH == nil {
-			WriteStatus(w, notFoundError())
+			httpapi.WriteStatus(w, notFoundError())
 			return
 		}
 		h.metricsH.ServeHTTP(w, r)
@@ -218,7 +210,7 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 	start := h.clock.Now()
 	kind := classify(r)
 	rec := &responseRecorder{ResponseWriter: w}
-	source := SourceAPIServer
+	source := httpapi.SourceAPIServer
 	// Deferred so that http.ErrAbortHandler panics (client gone mid-stream)
 	// are counted too.
 	defer func() {
@@ -228,46 +220,46 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 	cacheable := h.lists != nil && kind.verb == verbList
 	if h.auth != nil {
 		var ok bool
-		if r, ok = h.auth.authenticate(rec, r); !ok {
-			source = SourceListproxy
+		if r, ok = h.auth.Authenticate(rec, r); !ok {
+			source = httpapi.SourceListproxy
 			return
 		}
 		switch {
 		case !cacheable:
-		case hasImpersonation(r.Header):
+		case auth.HasImpersonation(r.Header):
 			// Only the apiserver can check the caller's right to
 			// impersonate; never answer such a request from a snapshot.
 			cacheable = false
-		case !h.mayServe(r):
+		case !h.lists.Cacheable(r):
 			cacheable = false
 		default:
-			switch h.auth.authorizeList(rec, r) {
-			case listAnswered:
-				source = SourceListproxy
+			switch h.auth.AuthorizeRead(rec, r) {
+			case auth.Answered:
+				source = httpapi.SourceListproxy
 				return
-			case listPassThrough:
+			case auth.PassThrough:
 				cacheable = false
 			}
 		}
 	}
 
 	if cacheable {
-		rec.Header().Set(HeaderServedFrom, SourceSnapshot)
+		rec.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
 		if h.lists.ServeList(rec, r) {
-			source = SourceSnapshot
+			source = httpapi.SourceSnapshot
 			return
 		}
-		rec.Header().Del(HeaderServedFrom)
+		rec.Header().Del(httpapi.HeaderServedFrom)
 		if rec.wroteHeader() {
 			klog.ErrorS(nil, "ListServer wrote a response but returned false; not passing through", "path", r.URL.Path)
-			source = SourceSnapshot
+			source = httpapi.SourceSnapshot
 			return
 		}
 	}
 
 	if kind.longRunning {
 		if !h.longLived.add() {
-			WriteStatus(rec, shuttingDownError())
+			httpapi.WriteStatus(rec, shuttingDownError())
 			return
 		}
 		defer h.longLived.done()
@@ -281,12 +273,6 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 	}
 	h.pass.ServeHTTP(rec, r)
-}
-
-// mayServe reports whether h.lists might answer r (see ListFilter).
-func (h *Handler) mayServe(r *http.Request) bool {
-	f, ok := h.lists.(ListFilter)
-	return !ok || f.Cacheable(r)
 }
 
 // Verbs used as the "verb" metric label.

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/listproxy/listproxy/pkg/httpapi"
 )
 
 func TestMain(m *testing.M) {
@@ -253,6 +255,8 @@ func TestClassify(t *testing.T) {
 // fakeLists serves LISTs of pods and passes everything else through.
 type fakeLists struct{}
 
+func (fakeLists) Cacheable(*http.Request) bool { return true }
+
 func (fakeLists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	if r.URL.Path != "/api/v1/pods" {
 		return false
@@ -290,9 +294,9 @@ func TestListServerHook(t *testing.T) {
 		name, path, wantBody, wantFrom string
 		wantUpstreamHits               int32
 	}{
-		{name: "served_from_snapshot", path: "/api/v1/pods", wantBody: `{"kind":"PodList"}`, wantFrom: SourceSnapshot, wantUpstreamHits: 0},
-		{name: "declined_passes_through", path: "/api/v1/configmaps", wantBody: `{"kind":"ConfigMapList"}`, wantFrom: SourceAPIServer, wantUpstreamHits: 1},
-		{name: "watch_not_offered", path: "/api/v1/pods?watch=1", wantBody: `{"kind":"ConfigMapList"}`, wantFrom: SourceAPIServer, wantUpstreamHits: 2},
+		{name: "served_from_snapshot", path: "/api/v1/pods", wantBody: `{"kind":"PodList"}`, wantFrom: httpapi.SourceSnapshot, wantUpstreamHits: 0},
+		{name: "declined_passes_through", path: "/api/v1/configmaps", wantBody: `{"kind":"ConfigMapList"}`, wantFrom: httpapi.SourceAPIServer, wantUpstreamHits: 1},
+		{name: "watch_not_offered", path: "/api/v1/pods?watch=1", wantBody: `{"kind":"ConfigMapList"}`, wantFrom: httpapi.SourceAPIServer, wantUpstreamHits: 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -300,8 +304,8 @@ func TestListServerHook(t *testing.T) {
 			if body != tc.wantBody {
 				t.Errorf("body = %q, want %q", body, tc.wantBody)
 			}
-			if got := resp.Header.Values(HeaderServedFrom); !cmp.Equal(got, []string{tc.wantFrom}) {
-				t.Errorf("%s = %q, want [%q]", HeaderServedFrom, got, tc.wantFrom)
+			if got := resp.Header.Values(httpapi.HeaderServedFrom); !cmp.Equal(got, []string{tc.wantFrom}) {
+				t.Errorf("%s = %q, want [%q]", httpapi.HeaderServedFrom, got, tc.wantFrom)
 			}
 			if got := upstreamHits.Load(); got != tc.wantUpstreamHits {
 				t.Errorf("upstream hits = %d, want %d", got, tc.wantUpstreamHits)

@@ -19,7 +19,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
-// Benchmarks at the scale DESIGN.md is about: 100k pods of about 4 KB, each
+// Benchmarks at the scale docs/design.md "Goals" is about: 100k pods of about 4 KB, each
 // built from testdata/pod.json (a Deployment's running pod as an item of
 // the apiserver's JSON list, managedFields included). Run with
 //
@@ -314,7 +314,7 @@ func countingSnapshot(entries []*Entry) (*Snapshot, *int) {
 	return &Snapshot{objects: objects, counts: btree.NewG(btreeDegree, lessCount)}, compares
 }
 
-// TestPageCostIndependentOfPosition checks DESIGN.md's "a page is O(log n +
+// TestPageCostIndependentOfPosition checks that a page is O(log n +
 // limit)": a page of 500 costs the same at the start of a 100k list and at
 // 99% of it.
 //

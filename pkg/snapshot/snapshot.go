@@ -2,8 +2,11 @@
 // apiserver's objects as immutable, copy-on-write snapshots fed by LIST+WATCH.
 //
 // Objects are stored as the exact bytes the apiserver's own LIST response
-// carries for that item (DESIGN.md, Principle 5); labels, selector field values
+// carries for that item (docs/design.md "Goals", rule 4); labels, selector field values
 // and the resourceVersion are extracted once at ingest.
+//
+// It imports only pkg/gzstitch of listproxy's; in particular not pkg/wire
+// (the server that fills a store knows the formats) nor anything above.
 package snapshot
 
 import (

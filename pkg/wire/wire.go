@@ -3,8 +3,8 @@
 //
 // listproxy keeps every object as the exact bytes the apiserver's own LIST
 // response carries for that item, one copy per representation a client asks
-// for, and assembles LIST responses by streaming those bytes (DESIGN.md,
-// Principle 5 "Bytes in, bytes out"). This package therefore never decodes and
+// for, and assembles LIST responses by streaming those bytes (docs/design.md "Goals", rule 4,
+// "Bytes in, bytes out"). This package therefore never decodes and
 // re-encodes an object to produce output: DecodeList and WatchDecoder hand out
 // item bytes, WriteList splices them into an envelope that is byte-identical to
 // the apiserver's, and ExtractMeta and ExtractFields read values without
@@ -18,6 +18,8 @@
 // for the apiserver's streaming list encoders this package mirrors.
 //
 // This package imports no other listproxy package.
+//
+// It imports nothing of listproxy's.
 package wire
 
 import (

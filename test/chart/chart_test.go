@@ -273,7 +273,7 @@ func TestTemplateKeyIsRandomWithoutCluster(t *testing.T) {
 
 var metricName = regexp.MustCompile(`listproxy_[a-z_]+`)
 
-// exportedMetrics are the series the code exports (DESIGN.md, Observability).
+// exportedMetrics are the series the code exports (docs/metrics.md).
 // The dashboard must query only these; docs/metrics.md is checked elsewhere.
 var exportedMetrics = []string{
 	"listproxy_freshness_consistent_reads_total",

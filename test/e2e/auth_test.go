@@ -31,7 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/cmd/listproxy/app"
-	"github.com/listproxy/listproxy/pkg/proxy"
+	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/test/framework"
 )
 
@@ -51,7 +51,7 @@ type authAnswer struct {
 }
 
 func (a authAnswer) String() string {
-	return fmt.Sprintf("%d (%s=%q) %s", a.code, proxy.HeaderServedFrom, a.servedFrom, bytes.TrimSpace(a.body))
+	return fmt.Sprintf("%d (%s=%q) %s", a.code, httpapi.HeaderServedFrom, a.servedFrom, bytes.TrimSpace(a.body))
 }
 
 // do sends one request with cfg's credentials.
@@ -78,7 +78,7 @@ func authDo(t *testing.T, cfg *rest.Config, method, path string, hdr http.Header
 	if err != nil {
 		t.Fatalf("%s %s: read body: %v", method, path, err)
 	}
-	return authAnswer{code: resp.StatusCode, servedFrom: resp.Header.Get(proxy.HeaderServedFrom), body: b}
+	return authAnswer{code: resp.StatusCode, servedFrom: resp.Header.Get(httpapi.HeaderServedFrom), body: b}
 }
 
 // sameRefusal checks that listproxy and the apiserver refuse path alike:
@@ -175,7 +175,7 @@ func TestAuthDelegated(t *testing.T) {
 	servedFromSnapshot := func(cfg *rest.Config, path string) func() bool {
 		return func() bool {
 			a := authDo(t, cfg, http.MethodGet, path, nil, "")
-			return a.code == http.StatusOK && a.servedFrom == proxy.SourceSnapshot
+			return a.code == http.StatusOK && a.servedFrom == httpapi.SourceSnapshot
 		}
 	}
 
@@ -185,8 +185,8 @@ func TestAuthDelegated(t *testing.T) {
 		if want := `pods is forbidden: User \"alice\" cannot list resource \"pods\" in API group \"\" at the cluster scope`; !strings.Contains(string(got.body), want) {
 			t.Errorf("body %s lacks %s", got.body, want)
 		}
-		if got.servedFrom != proxy.SourceListproxy {
-			t.Errorf("%s = %q, want %q", proxy.HeaderServedFrom, got.servedFrom, proxy.SourceListproxy)
+		if got.servedFrom != httpapi.SourceListproxy {
+			t.Errorf("%s = %q, want %q", httpapi.HeaderServedFrom, got.servedFrom, httpapi.SourceListproxy)
 		}
 	})
 	t.Run("namespace_a_served_from_snapshot", func(t *testing.T) {
@@ -200,8 +200,8 @@ func TestAuthDelegated(t *testing.T) {
 	t.Run("uncached_list_passes_through", func(t *testing.T) {
 		const path = "/api/v1/namespaces/b/configmaps"
 		authSameRefusal(t, alice, aliceDirect, path, http.StatusForbidden)
-		if got := authDo(t, alice, http.MethodGet, path, nil, ""); got.servedFrom != proxy.SourceAPIServer {
-			t.Errorf("%s = %q, want %q: configmaps are not cached, so the apiserver decides", proxy.HeaderServedFrom, got.servedFrom, proxy.SourceAPIServer)
+		if got := authDo(t, alice, http.MethodGet, path, nil, ""); got.servedFrom != httpapi.SourceAPIServer {
+			t.Errorf("%s = %q, want %q: configmaps are not cached, so the apiserver decides", httpapi.HeaderServedFrom, got.servedFrom, httpapi.SourceAPIServer)
 		}
 	})
 	t.Run("namespace_b_forbidden", func(t *testing.T) {
@@ -296,7 +296,7 @@ func TestAuthDelegated(t *testing.T) {
 		hdr := http.Header{"Impersonate-User": {framework.UserBob}}
 		got := authDo(t, alice, http.MethodGet, podsInA, hdr, "")
 		want := authDo(t, aliceDirect, http.MethodGet, podsInA, hdr, "")
-		if got.code != http.StatusForbidden || got.servedFrom != proxy.SourceAPIServer || !bytes.Equal(got.body, want.body) {
+		if got.code != http.StatusForbidden || got.servedFrom != httpapi.SourceAPIServer || !bytes.Equal(got.body, want.body) {
 			t.Errorf("LIST as alice impersonating bob:\nlistproxy: %v\napiserver: %v\nwant the apiserver's 403, passed through", got, want)
 		}
 		carol, err := lp.ClientCertConfig("carol", "team-c")
@@ -382,7 +382,7 @@ func TestAuthzCache(t *testing.T) {
 	const path = "/api/v1/namespaces/a/pods?resourceVersion=0"
 	authWaitFor(t, "LIST served from the snapshot", 30*time.Second, func() bool {
 		a := authDo(t, alice, http.MethodGet, path, nil, "")
-		return a.code == http.StatusOK && a.servedFrom == proxy.SourceSnapshot
+		return a.code == http.StatusOK && a.servedFrom == httpapi.SourceSnapshot
 	})
 
 	reviews := func() int {
@@ -411,8 +411,8 @@ func TestAuthzCache(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || resp.Header.Get(proxy.HeaderServedFrom) != proxy.SourceSnapshot {
-			t.Fatalf("LIST %d = %d from %q, want 200 from the snapshot", i, resp.StatusCode, resp.Header.Get(proxy.HeaderServedFrom))
+		if resp.StatusCode != http.StatusOK || resp.Header.Get(httpapi.HeaderServedFrom) != httpapi.SourceSnapshot {
+			t.Fatalf("LIST %d = %d from %q, want 200 from the snapshot", i, resp.StatusCode, resp.Header.Get(httpapi.HeaderServedFrom))
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // audit events trail responses slightly

@@ -21,7 +21,7 @@ import (
 	"github.com/listproxy/listproxy/test/framework"
 )
 
-// The bad input catalogue (issue 8, item 3): malformed requests sent to
+// The bad input catalogue: malformed requests sent to
 // listproxy get a Kubernetes Status with the right code, the same answer the
 // apiserver gives to the same request (the oracle), and nothing breaks.
 
@@ -270,7 +270,7 @@ func TestBadInputCatalogue(t *testing.T) {
 		{name: "lp_token_other_resource", path: services, query: cont(lpToken), wantCode: http.StatusBadRequest, wantReason: metav1.StatusReasonBadRequest, wantFrom: fromLP,
 			// The apiserver's native token does not name its resource and
 			// continues any list from its key; listproxy's is bound to its
-			// list (DESIGN.md "Continue tokens").
+			// list (docs/design.md "Continue tokens").
 			oracle: noOracle, wantMessage: "invalid continue token: continue key is not valid"},
 		// The apiserver rejects a selector it cannot parse or does not
 		// support before it looks at the continue token, even a token it

@@ -15,12 +15,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
-	"github.com/listproxy/listproxy/pkg/proxy"
+	"github.com/listproxy/listproxy/pkg/consistency"
+	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
 )
 
-// Cache consistency checks (issue #8): listproxy compares each snapshot
+// Cache consistency checks: listproxy compares each snapshot
 // with the apiserver at the snapshot's resourceVersion, and a resource whose
 // snapshot differs is dropped and resynced. The tests corrupt a snapshot
 // through a test hook, as a lost watch event would.
@@ -30,13 +31,13 @@ const consistencyPath = "/debug/listproxy/consistency"
 var consistencyPodsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 
 // checkNow runs a consistency check through the debug endpoint.
-func checkNow(t *testing.T, cfg *rest.Config) proxy.ConsistencyReport {
+func checkNow(t *testing.T, cfg *rest.Config) consistency.Report {
 	t.Helper()
 	got := authDo(t, cfg, http.MethodPost, consistencyPath, nil, "")
 	if got.code != http.StatusOK {
 		t.Fatalf("POST %s = %v", consistencyPath, got)
 	}
-	var report proxy.ConsistencyReport
+	var report consistency.Report
 	if err := json.Unmarshal(got.body, &report); err != nil {
 		t.Fatalf("report %s: %v", got.body, err)
 	}
@@ -44,9 +45,9 @@ func checkNow(t *testing.T, cfg *rest.Config) proxy.ConsistencyReport {
 }
 
 // resultsByFormat returns the pods results of a report by format.
-func resultsByFormat(t *testing.T, report proxy.ConsistencyReport) map[string]proxy.ConsistencyResult {
+func resultsByFormat(t *testing.T, report consistency.Report) map[string]consistency.Result {
 	t.Helper()
-	out := map[string]proxy.ConsistencyResult{}
+	out := map[string]consistency.Result{}
 	for _, r := range report.Results {
 		if r.Group != "" || r.Resource != "pods" {
 			t.Errorf("unexpected store checked: %+v", r)
@@ -63,7 +64,7 @@ func warmPods(ctx context.Context, t *testing.T, lpc rawClient, formats ...wire.
 	for _, f := range formats {
 		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 			_, hdr, _, err := lpc.get(ctx, "/api/v1/pods", url.Values{"resourceVersion": {"0"}, "limit": {"1"}}, formatAccept[f])
-			return err == nil && hdr.Get(proxy.HeaderServedFrom) == proxy.SourceSnapshot, nil
+			return err == nil && hdr.Get(httpapi.HeaderServedFrom) == httpapi.SourceSnapshot, nil
 		})
 		if err != nil {
 			t.Fatalf("pods in %v never served from a snapshot: %v", f, err)
@@ -74,7 +75,7 @@ func warmPods(ctx context.Context, t *testing.T, lpc rawClient, formats ...wire.
 // corruptPods drops one pod from listproxy's JSON pods snapshot and moves
 // another to a later resourceVersion, without a watch event. It returns
 // the expected diff.
-func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *proxy.KeyDiff {
+func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *consistency.KeyDiff {
 	t.Helper()
 	store := lp.Lists().StoreForTest(consistencyPodsGVR, wire.JSON)
 	if store == nil {
@@ -91,9 +92,9 @@ func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *pr
 	if err := store.CorruptForTest([]string{drop}, map[string]uint64{change: e.RV + 1000}); err != nil {
 		t.Fatal(err)
 	}
-	return &proxy.KeyDiff{
+	return &consistency.KeyDiff{
 		Missing: []string{drop}, MissingCount: 1,
-		Different: []proxy.RVDifference{{Key: change, Snapshot: e.RV + 1000, APIServer: e.RV}}, DifferentCount: 1,
+		Different: []consistency.RVDifference{{Key: change, Snapshot: e.RV + 1000, APIServer: e.RV}}, DifferentCount: 1,
 	}
 }
 
@@ -121,7 +122,7 @@ func TestConsistencyCheck(t *testing.T) {
 		switch {
 		case !ok:
 			t.Errorf("%v: not checked", f)
-		case r.Result != proxy.ConsistencyMatch || r.Dropped || r.Objects != 40 || r.APIServerObjects != 40 || r.SnapshotHash != r.APIServerHash:
+		case r.Result != consistency.Match || r.Dropped || r.Objects != 40 || r.APIServerObjects != 40 || r.SnapshotHash != r.APIServerHash:
 			t.Errorf("%v: %+v, want a match of 40 objects", f, r)
 		}
 	}
@@ -133,14 +134,14 @@ func TestConsistencyCheck(t *testing.T) {
 	wantDiff := corruptPods(t, lp, "ns-0/pod-3", "ns-1/pod-5")
 	results = resultsByFormat(t, checkNow(t, lp.Config()))
 	jr := results["json"]
-	if jr.Result != proxy.ConsistencyMismatch || !jr.Dropped || jr.Objects != 39 || jr.APIServerObjects != 40 {
+	if jr.Result != consistency.Mismatch || !jr.Dropped || jr.Objects != 39 || jr.APIServerObjects != 40 {
 		t.Errorf("json: %+v, want a dropped mismatch of 39 objects against 40", jr)
 	}
 	if diff := cmp.Diff(wantDiff, jr.Diff); diff != "" {
 		t.Errorf("json diff (-want +got):\n%s", diff)
 	}
 	for _, f := range allFormats[1:] {
-		if r := results[f.String()]; r.Result != proxy.ConsistencyMatch || !r.Dropped || r.ResourceVersion == "" {
+		if r := results[f.String()]; r.Result != consistency.Match || !r.Dropped || r.ResourceVersion == "" {
 			t.Errorf("%v: %+v, want a match, dropped with the resource", f, r)
 		}
 	}
@@ -159,14 +160,14 @@ func TestConsistencyCheck(t *testing.T) {
 
 	t.Log("the next LIST passes through; a fresh snapshot then equals the apiserver")
 	_, hdr, _, err := lpc.get(ctx, "/api/v1/pods", url.Values{"resourceVersion": {"0"}}, acceptJSON)
-	if err != nil || hdr.Get(proxy.HeaderServedFrom) != proxy.SourceAPIServer {
-		t.Errorf("first LIST after the drop: %s=%q, %v; want it passed through", proxy.HeaderServedFrom, hdr.Get(proxy.HeaderServedFrom), err)
+	if err != nil || hdr.Get(httpapi.HeaderServedFrom) != httpapi.SourceAPIServer {
+		t.Errorf("first LIST after the drop: %s=%q, %v; want it passed through", httpapi.HeaderServedFrom, hdr.Get(httpapi.HeaderServedFrom), err)
 	}
 	var body []byte
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		var err error
 		_, hdr, body, err = lpc.get(ctx, "/api/v1/pods", url.Values{"resourceVersion": {"0"}}, acceptJSON)
-		return err == nil && hdr.Get(proxy.HeaderServedFrom) == proxy.SourceSnapshot, nil
+		return err == nil && hdr.Get(httpapi.HeaderServedFrom) == httpapi.SourceSnapshot, nil
 	})
 	if err != nil {
 		t.Fatalf("pods never served from a fresh snapshot: %v", err)
@@ -195,7 +196,7 @@ func TestConsistencyCheck(t *testing.T) {
 	warmPods(ctx, t, lpc, allFormats...)
 	results = resultsByFormat(t, checkNow(t, lp.Config()))
 	for _, f := range allFormats {
-		if r := results[f.String()]; r.Result != proxy.ConsistencyMatch || r.Dropped {
+		if r := results[f.String()]; r.Result != consistency.Match || r.Dropped {
 			t.Errorf("%v after the resync: %+v, want a match", f, r)
 		}
 	}

@@ -30,7 +30,7 @@ import (
 	"github.com/listproxy/listproxy/test/framework"
 )
 
-// Acceptance tests for consistent reads (DESIGN.md "Freshness" and
+// Acceptance tests for consistent reads (docs/design.md "Freshness" and
 // "Continue tokens"): a LIST with resourceVersion unset is linearizable
 // whether listproxy or the apiserver answers it, pages of one list share one
 // resourceVersion, continue tokens survive restarts and compaction as the

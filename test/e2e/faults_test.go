@@ -20,7 +20,7 @@ import (
 	"github.com/listproxy/listproxy/test/framework"
 )
 
-// Fault tests (issue #8): a watch that silently stalls, and an apiserver
+// Fault tests: a watch that silently stalls, and an apiserver
 // restarted under listproxy's watches. Through both, consistent reads are
 // never stale, resourceVersion=0 reads keep being answered from the last
 // snapshot (and metrics say the store is not being fed), and the stores

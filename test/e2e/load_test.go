@@ -29,7 +29,7 @@ import (
 	"github.com/listproxy/listproxy/test/framework"
 )
 
-// Acceptance tests for issue #8, "Load": a storm of concurrent full LISTs
+// Load acceptance tests: a storm of concurrent full LISTs
 // costs listproxy bounded memory (bounded in-flight responses, streamed; the
 // excess gets 429 with Retry-After, never passed through), and a client that
 // stops reading holds neither other requests nor the snapshot writer, only

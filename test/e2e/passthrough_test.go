@@ -46,8 +46,8 @@ import (
 	"github.com/listproxy/listproxy/test/framework"
 )
 
-// The pass-through tests are the acceptance of listproxy's foundation
-// (issue 2): ordinary clients — kubectl, client-go watches and informers —
+// The pass-through tests are the acceptance of listproxy's foundation:
+// ordinary clients — kubectl, client-go watches and informers —
 // work through listproxy as they work against the apiserver; large lists
 // stream; an apiserver outage is reported as the apiserver would report
 // it; and SIGTERM drains. Each test runs its own control plane.

@@ -22,7 +22,7 @@ import (
 )
 
 // Continue tokens across replicas and restarts, and the answers to tokens
-// listproxy must refuse (DESIGN.md "Continue tokens"; KEP-365).
+// listproxy must refuse (docs/design.md "Continue tokens"; KEP-365).
 
 const headerServedFrom = "X-Listproxy-Served-From"
 

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/cmd/listproxy/app"
-	"github.com/listproxy/listproxy/pkg/proxy"
+	"github.com/listproxy/listproxy/pkg/lists"
 )
 
 // Listproxy is a listproxy running in the test process in front of a
@@ -29,7 +29,7 @@ type Listproxy struct {
 	cancel context.CancelFunc
 	done   chan error
 	client *http.Client
-	lists  atomic.Pointer[proxy.Lists] // set by app.Config.OnLists
+	lists  atomic.Pointer[lists.Lists] // set by app.Config.OnLists
 }
 
 // StartListproxy runs listproxy in-process with args (flags as on the command
@@ -127,7 +127,7 @@ func (lp *Listproxy) waitReady(timeout time.Duration) error {
 
 // Lists returns listproxy's snapshot server, to reach its test hooks (e.g.
 // Lists.StoreForTest); nil when it serves no LISTs from snapshots.
-func (lp *Listproxy) Lists() *proxy.Lists {
+func (lp *Listproxy) Lists() *lists.Lists {
 	return lp.lists.Load()
 }
 

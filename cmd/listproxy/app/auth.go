@@ -18,7 +18,7 @@ import (
 	certutil "k8s.io/client-go/util/cert"
 	"k8s.io/klog/v2"
 
-	"github.com/listproxy/listproxy/pkg/proxy"
+	"github.com/listproxy/listproxy/pkg/auth"
 )
 
 // Values of --authentication.
@@ -58,9 +58,9 @@ type AuthOptions struct {
 func newAuthOptions() AuthOptions {
 	return AuthOptions{
 		Mode:          AuthenticationNone,
-		TokenCacheTTL: proxy.DefaultTokenCacheTTL,
-		AllowTTL:      proxy.DefaultAllowTTL,
-		DenyTTL:       proxy.DefaultDenyTTL,
+		TokenCacheTTL: auth.DefaultTokenCacheTTL,
+		AllowTTL:      auth.DefaultAllowTTL,
+		DenyTTL:       auth.DefaultDenyTTL,
 	}
 }
 
@@ -137,7 +137,7 @@ type ServingConfig struct {
 // complete returns the serving and auth configuration of delegated mode,
 // generating a self-signed certificate if none was given; nil, nil in sidecar
 // mode.
-func (o *AuthOptions) complete(listenAddress string) (*ServingConfig, *proxy.AuthConfig, error) {
+func (o *AuthOptions) complete(listenAddress string) (*ServingConfig, *auth.Config, error) {
 	if o.Mode != AuthenticationDelegated {
 		if o.AllowUnauthenticatedNonLoopback && validateLoopback(listenAddress) != nil {
 			klog.InfoS("WARNING: --allow-unauthenticated-non-loopback: listproxy serves plain HTTP WITHOUT AUTHENTICATION on a non-loopback address; anyone who reaches it acts with listproxy's identity", "address", listenAddress)
@@ -150,7 +150,7 @@ func (o *AuthOptions) complete(listenAddress string) (*ServingConfig, *proxy.Aut
 			return nil, nil, err
 		}
 	}
-	authCfg := &proxy.AuthConfig{TokenCacheTTL: o.TokenCacheTTL, AllowTTL: o.AllowTTL, DenyTTL: o.DenyTTL}
+	authCfg := &auth.Config{TokenCacheTTL: o.TokenCacheTTL, AllowTTL: o.AllowTTL, DenyTTL: o.DenyTTL}
 	if o.ClientCAFile != "" {
 		ca, err := dynamiccertificates.NewDynamicCAContentFromFile("client-ca-bundle", o.ClientCAFile)
 		if err != nil {

@@ -19,9 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
+	"github.com/listproxy/listproxy/pkg/consistency"
 	"github.com/listproxy/listproxy/pkg/freshness"
+	"github.com/listproxy/listproxy/pkg/lists"
 	"github.com/listproxy/listproxy/pkg/paging"
-	"github.com/listproxy/listproxy/pkg/proxy"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
 
@@ -208,9 +209,9 @@ func (o *CacheOptions) etcdTLS() (*tls.Config, error) {
 
 // startCache builds the snapshot server and its helpers, starts their
 // background loops under ctx, and returns the ListServer.
-func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (proxy.ListServer, error) {
+func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*lists.Lists, error) {
 	o := cfg.Cache
-	var keys proxy.ContinueKeys
+	var keys lists.ContinueKeys
 	if o.ContinueTokenKeysFile != "" {
 		reloader, err := paging.NewReloader(paging.ReloaderConfig{Path: o.ContinueTokenKeysFile})
 		if err != nil {
@@ -226,7 +227,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (pr
 		klog.InfoS("WARNING: no --continue-token-keys-file; continue tokens use a random per-process key and do not survive restarts or reach other replicas")
 		keys = keyring
 	}
-	listMetrics, err := proxy.NewListMetrics(reg)
+	listMetrics, err := lists.NewListMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
@@ -234,17 +235,17 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (pr
 	if err != nil {
 		return nil, err
 	}
-	freshMetrics, err := proxy.NewFreshnessMetrics(reg)
+	freshMetrics, err := lists.NewFreshnessMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	inflightMetrics, err := proxy.NewInflightMetrics(reg)
+	inflightMetrics, err := lists.NewInflightMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	lcfg := proxy.ListsConfig{
+	lcfg := lists.ListsConfig{
 		Upstream:              cfg.Upstream,
-		Resources:             proxy.ResourceFilter(o.Resources),
+		Resources:             lists.ResourceFilter(o.Resources),
 		Keys:                  keys,
 		History:               o.SnapshotHistory,
 		HistoryMaxBytes:       o.SnapshotHistoryMaxBytes,
@@ -263,7 +264,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (pr
 		FreshnessMetrics:      freshMetrics,
 		WatchStallTimeout:     o.WatchStallTimeout,
 		WatchLagTimeout:       o.WatchLagTimeout,
-		Inflight: proxy.InflightConfig{
+		Inflight: lists.InflightConfig{
 			MaxLists:     o.MaxInflightLists,
 			MaxBytes:     o.MaxInflightListBytes,
 			QueueWait:    o.ListQueueWait,
@@ -298,20 +299,20 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (pr
 	} else {
 		klog.InfoS("Consistent reads pass through to the apiserver (no --etcd-servers); other reads are served from snapshots")
 	}
-	consistencyMetrics, err := proxy.NewConsistencyMetrics(reg)
+	consistencyMetrics, err := consistency.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	lcfg.ConsistencyCheck = proxy.ConsistencyCheckConfig{Interval: o.ConsistencyCheckInterval, Metrics: consistencyMetrics}
-	lists, err := proxy.NewLists(lcfg)
+	lcfg.ConsistencyCheck = consistency.Config{Interval: o.ConsistencyCheckInterval, Metrics: consistencyMetrics}
+	l, err := lists.NewLists(lcfg)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.OnLists != nil {
-		cfg.OnLists(lists)
+		cfg.OnLists(l)
 	}
-	go lists.Run(ctx)
-	return lists, nil
+	go l.Run(ctx)
+	return l, nil
 }
 
 // etcdLogger logs the etcd client's errors only; listproxy reports what

@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/listproxy/listproxy/pkg/auth"
+	"github.com/listproxy/listproxy/pkg/lists"
 	"github.com/listproxy/listproxy/pkg/proxy"
 )
 
@@ -137,12 +139,12 @@ type Config struct {
 	// Serving, when set, serves HTTPS; nil serves plain HTTP.
 	Serving *ServingConfig
 	// Auth, when set, is delegated mode (see proxy.Config.Auth).
-	Auth *proxy.AuthConfig
+	Auth *auth.Config
 	// Profiling: see Options.
 	Profiling bool
 	// OnLists, when set, is called with the snapshot server Run starts from
 	// Cache, before it serves. For tests only (test/framework).
-	OnLists func(*proxy.Lists)
+	OnLists func(*lists.Lists)
 }
 
 // Complete loads the upstream configuration and returns the Config to Run.

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/klog/v2"
 
+	"github.com/listproxy/listproxy/pkg/consistency"
 	"github.com/listproxy/listproxy/pkg/proxy"
 )
 
@@ -42,14 +43,17 @@ func Run(ctx context.Context, cfg *Config) error {
 	// Snapshots outlive ctx until in-flight requests have drained.
 	cacheCtx, stopCache := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCache()
-	lists := cfg.Lists
-	if lists == nil && cfg.Cache != nil {
-		var err error
-		if lists, err = startCache(cacheCtx, cfg, reg); err != nil {
+	listServer := cfg.Lists
+	var debug map[string]http.Handler
+	if listServer == nil && cfg.Cache != nil {
+		l, err := startCache(cacheCtx, cfg, reg)
+		if err != nil {
 			return err
 		}
+		listServer = l
+		debug = map[string]http.Handler{"consistency": consistency.Handler(l.Consistency())}
 	}
-	h, err := proxy.NewHandler(proxy.Config{Upstream: cfg.Upstream, Lists: lists, Registry: reg, Auth: cfg.Auth, Profiling: cfg.Profiling})
+	h, err := proxy.NewHandler(proxy.Config{Upstream: cfg.Upstream, Lists: listServer, Registry: reg, Auth: cfg.Auth, Debug: debug, Profiling: cfg.Profiling})
 	if err != nil {
 		return err
 	}

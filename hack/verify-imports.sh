@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Fails when an import of ours points up the layering of docs/design.md
+# "Layout" (the table is in test/imports/imports_test.go).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${root}"
+
+go test -count=1 ./test/imports/

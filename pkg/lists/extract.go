@@ -1,0 +1,76 @@
+package lists
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// newExtractor returns how one resource's items in one representation become
+// snapshot entries: metadata and selectable field values are read once, the
+// bytes are kept as they are.
+func newExtractor(info *resourceInfo, format wire.Format) snapshot.Extractor {
+	var specs []fieldSpec
+	var paths []wire.FieldPath
+	if !format.IsMeta() {
+		for _, s := range info.Fields.specs {
+			if s.label == "metadata.name" || s.label == "metadata.namespace" {
+				continue // every entry answers these itself
+			}
+			specs = append(specs, s)
+			for _, p := range s.paths {
+				paths = append(paths, wire.FieldPath{Path: p})
+			}
+		}
+	}
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.label
+	}
+	fieldNames := snapshot.NewFieldNames(names...)
+	gvk := info.GVR.GroupVersion().WithKind(info.Kind)
+	return func(raw []byte) (*snapshot.Entry, error) {
+		m, err := wire.ExtractMeta(format, raw)
+		if err != nil {
+			return nil, err
+		}
+		rv, err := strconv.ParseUint(m.ResourceVersion, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("object %s/%s: resourceVersion %q: %w", m.Namespace, m.Name, m.ResourceVersion, err)
+		}
+		var values []string
+		if len(paths) > 0 {
+			found, err := wire.ExtractFields(format, gvk, raw, paths)
+			if err != nil {
+				return nil, err
+			}
+			values = make([]string, len(specs))
+			for i, s := range specs {
+				values[i] = fieldValue(s, found)
+			}
+		}
+		return snapshot.NewEntry(m.Namespace, m.Name, rv, m.Labels, fieldNames, values, raw), nil
+	}
+}
+
+// fieldValue renders a field as the apiserver's field set does.
+func fieldValue(s fieldSpec, values map[string]string) string {
+	v := ""
+	for _, p := range s.paths {
+		if v = values[p]; v != "" {
+			break
+		}
+	}
+	if v != "" {
+		return v
+	}
+	switch s.kind {
+	case fieldBool:
+		return "false"
+	case fieldInt:
+		return "0"
+	}
+	return ""
+}

@@ -1,0 +1,191 @@
+package lists
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// Fuzz targets for the request parsers of the HTTP edge.
+// Seeds live in testdata/fuzz/<Target>; `go test` runs them as ordinary
+// tests, `make fuzz` fuzzes each target for $(FUZZTIME).
+
+// encodeListQuery is the query string of q, for the round trip: limit 0 is
+// the same as no limit.
+func encodeListQuery(q listQuery) string {
+	v := url.Values{}
+	for name, s := range map[string]string{
+		"resourceVersion":      q.resourceVersion,
+		"resourceVersionMatch": q.resourceVersionMatch,
+		"continue":             q.continueToken,
+		"labelSelector":        q.labelSelector,
+		"fieldSelector":        q.fieldSelector,
+	} {
+		if s != "" {
+			v.Set(name, s)
+		}
+	}
+	if q.limit != 0 {
+		v.Set("limit", strconv.FormatInt(q.limit, 10))
+	}
+	return v.Encode()
+}
+
+// FuzzParseListQuery checks that parseListQuery never panics, that what it
+// accepts carries exactly the values the query spelled, and that an accepted
+// query re-encodes to one that parses to the same listQuery.
+func FuzzParseListQuery(f *testing.F) {
+	for _, s := range []string{
+		"",
+		"limit=500&resourceVersion=0",
+		"resourceVersion=123&resourceVersionMatch=Exact&limit=1",
+		"labelSelector=app+in+%28a%2Cb%29&fieldSelector=spec.nodeName%3Dn1&continue=lp1.AAAA",
+		"watch=false&timeoutSeconds=30",
+		"limit=-1",
+		"limit=99999999999999999999",
+		"limit=1&limit=2",
+		"%zz",
+		"continue=a;b",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		q, ok := parseListQuery(raw)
+		if !ok {
+			if q != (listQuery{}) {
+				t.Fatalf("parseListQuery(%q) refused but returned %+v", raw, q)
+			}
+			return
+		}
+		values, err := url.ParseQuery(raw)
+		if err != nil {
+			t.Fatalf("parseListQuery(%q) accepted a query url.ParseQuery refuses: %v", raw, err)
+		}
+		for name, vs := range values {
+			if len(vs) != 1 {
+				t.Fatalf("parseListQuery(%q) accepted %d values of %q", raw, len(vs), name)
+			}
+		}
+		want := listQuery{
+			resourceVersion:      values.Get("resourceVersion"),
+			resourceVersionMatch: values.Get("resourceVersionMatch"),
+			continueToken:        values.Get("continue"),
+			labelSelector:        values.Get("labelSelector"),
+			fieldSelector:        values.Get("fieldSelector"),
+		}
+		if s := values.Get("limit"); s != "" {
+			n, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || n < 0 {
+				t.Fatalf("parseListQuery(%q) accepted limit %q", raw, s)
+			}
+			want.limit = n
+		}
+		if diff := cmp.Diff(want, q, cmp.AllowUnexported(listQuery{})); diff != "" {
+			t.Fatalf("parseListQuery(%q) (-want +got):\n%s", raw, diff)
+		}
+		again, ok := parseListQuery(encodeListQuery(q))
+		if !ok {
+			t.Fatalf("parseListQuery(%q) = %+v, whose encoding %q is refused", raw, q, encodeListQuery(q))
+		}
+		if diff := cmp.Diff(q, again, cmp.AllowUnexported(listQuery{})); diff != "" {
+			t.Fatalf("round trip of %q (-want +got):\n%s", raw, diff)
+		}
+	})
+}
+
+// FuzzNegotiateFormat checks that negotiateFormat never panics for any
+// Accept header, User-Agent and query, is deterministic, and never offers a
+// representation listproxy cannot serve for the request.
+func FuzzNegotiateFormat(f *testing.F) {
+	for _, s := range []struct {
+		accept, ua, query string
+		custom            bool
+	}{
+		{"application/json", "kubectl/v1.36.3", "", false},
+		{"application/vnd.kubernetes.protobuf", "client-go", "", false},
+		{"application/vnd.kubernetes.protobuf", "client-go", "", true},
+		{"application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1", "", "", true},
+		{"application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json", "", "", false},
+		{"application/json;as=Table;v=v1;g=meta.k8s.io", "kubectl", "", false},
+		{"application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v9", "", "", false},
+		{"application/json", "curl/8.0", "", false},
+		{"application/json", "kubectl", "pretty=1", false},
+		{"application/x-bogus", "", "", false},
+		{";;;", "", "", false},
+		{"*/*;q=0.1, application/yaml;q=0.9", "", "", false},
+		{"application/json;stream=watch", "", "%zz", false},
+	} {
+		f.Add(s.accept, s.ua, s.query, s.custom)
+	}
+	f.Fuzz(func(t *testing.T, accept, ua, rawQuery string, custom bool) {
+		r := &http.Request{
+			Method: http.MethodGet,
+			URL:    &url.URL{Path: "/api/v1/pods", RawQuery: rawQuery},
+			Header: http.Header{"Accept": {accept}, "User-Agent": {ua}},
+		}
+		format, ok := negotiateFormat(r, custom)
+		again, okAgain := negotiateFormat(r, custom)
+		if format != again || ok != okAgain {
+			t.Fatalf("negotiateFormat(%q) = %v, %v then %v, %v", accept, format, ok, again, okAgain)
+		}
+		if !ok {
+			return
+		}
+		if !format.Valid() {
+			t.Fatalf("negotiateFormat(%q) = invalid %v", accept, format)
+		}
+		if custom && format == wire.Protobuf {
+			t.Fatalf("negotiateFormat(%q) = protobuf for a custom resource", accept)
+		}
+		if (format == wire.JSON || format == wire.MetaJSON) && prettyByRequest(r) {
+			t.Fatalf("negotiateFormat(%q, User-Agent %q, query %q) = %v, but the apiserver pretty-prints", accept, ua, rawQuery, format)
+		}
+	})
+}
+
+// FuzzSelectorDigest checks that selectorDigest never panics and binds a
+// token to a selector's canonical form: a parsed selector's String() has
+// the digest of the selector as written.
+func FuzzSelectorDigest(f *testing.F) {
+	for _, s := range [][2]string{
+		{"", ""},
+		{"app=a,tier=x", "spec.nodeName=n1"},
+		{"tier=x, app = a", "metadata.namespace=ns,spec.nodeName!=n2"},
+		{"app in (b,a),!gone,env notin (prod)", ""},
+		{"a==b", "spec.nodeName==x"},
+		{"app in (", "spec.nodeName==x==y"},
+		{"a==b==c", `metadata.name=a\,b`},
+		{"x>1,y<2", "spec.foo=1"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, label, field string) {
+		got := selectorDigest(label, field)
+		if got != selectorDigest(label, field) {
+			t.Fatalf("selectorDigest(%q, %q) is not deterministic", label, field)
+		}
+		canonLabel, canonField := label, field
+		if s, err := labels.Parse(label); err == nil {
+			canonLabel = s.String()
+			if a, b := selectorDigest(canonLabel, ""), selectorDigest(label, ""); a != b {
+				t.Errorf("label selector %q: digest of its canonical form %q differs", label, canonLabel)
+			}
+		}
+		if s, err := fields.ParseSelector(field); err == nil {
+			canonField = s.String()
+			if a, b := selectorDigest("", canonField), selectorDigest("", field); a != b {
+				t.Errorf("field selector %q: digest of its canonical form %q differs", field, canonField)
+			}
+		}
+		if selectorDigest(canonLabel, canonField) != got {
+			t.Errorf("selectors %q, %q: digest of canonical forms %q, %q differs", label, field, canonLabel, canonField)
+		}
+	})
+}

@@ -1,0 +1,556 @@
+package lists
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/listproxy/listproxy/pkg/paging"
+	"github.com/listproxy/listproxy/pkg/snapshot"
+)
+
+// inflightStep either enqueues a response (enqueue, weight) or releases an
+// admitted one (release); then admitted and queued must be exactly as listed.
+type inflightStep struct {
+	enqueue  string
+	weight   int64
+	release  string
+	rejected bool // enqueue is rejected at once
+	admitted []string
+	queued   []string
+}
+
+func TestInflightAdmission(t *testing.T) {
+	tests := []struct {
+		name  string
+		cfg   InflightConfig
+		steps []inflightStep
+	}{
+		{
+			name: "unbounded",
+			cfg:  InflightConfig{QueueWait: time.Second},
+			steps: []inflightStep{
+				{enqueue: "a", weight: 1 << 40, admitted: []string{"a"}},
+				{enqueue: "b", weight: 1 << 40, admitted: []string{"a", "b"}},
+			},
+		},
+		{
+			name: "count_bound",
+			cfg:  InflightConfig{MaxLists: 2, QueueWait: time.Second},
+			steps: []inflightStep{
+				{enqueue: "a", admitted: []string{"a"}},
+				{enqueue: "b", admitted: []string{"a", "b"}},
+				{enqueue: "c", admitted: []string{"a", "b"}, queued: []string{"c"}},
+				{release: "a", admitted: []string{"b", "c"}},
+			},
+		},
+		{
+			name: "byte_bound",
+			cfg:  InflightConfig{MaxBytes: 100, QueueWait: time.Second},
+			steps: []inflightStep{
+				{enqueue: "a", weight: 60, admitted: []string{"a"}},
+				{enqueue: "b", weight: 30, admitted: []string{"a", "b"}},
+				{enqueue: "c", weight: 20, admitted: []string{"a", "b"}, queued: []string{"c"}},
+				{release: "b", admitted: []string{"a", "c"}},
+			},
+		},
+		{
+			name: "empty_page_fits_a_full_budget",
+			cfg:  InflightConfig{MaxBytes: 100, QueueWait: time.Second},
+			steps: []inflightStep{
+				{enqueue: "a", weight: 100, admitted: []string{"a"}},
+				{enqueue: "b", weight: 0, admitted: []string{"a", "b"}},
+			},
+		},
+		{
+			name: "oversized_response_is_written_alone",
+			cfg:  InflightConfig{MaxBytes: 100, QueueWait: time.Second},
+			steps: []inflightStep{
+				{enqueue: "a", weight: 10, admitted: []string{"a"}},
+				{enqueue: "b", weight: 500, admitted: []string{"a"}, queued: []string{"b"}},
+				{release: "a", admitted: []string{"b"}},
+				{enqueue: "c", weight: 1, admitted: []string{"b"}, queued: []string{"c"}},
+				{release: "b", admitted: []string{"c"}},
+			},
+		},
+		{
+			name: "queued_heavy_response_is_not_overtaken",
+			cfg:  InflightConfig{MaxBytes: 100, QueueWait: time.Second},
+			steps: []inflightStep{
+				{enqueue: "a", weight: 60, admitted: []string{"a"}},
+				{enqueue: "b", weight: 100, admitted: []string{"a"}, queued: []string{"b"}},
+				{enqueue: "c", weight: 10, admitted: []string{"a"}, queued: []string{"b", "c"}},
+				{release: "a", admitted: []string{"b"}, queued: []string{"c"}},
+				{release: "b", admitted: []string{"c"}},
+			},
+		},
+		{
+			name: "release_admits_every_queued_response_that_fits",
+			cfg:  InflightConfig{MaxLists: 3, MaxBytes: 100, QueueWait: time.Second},
+			steps: []inflightStep{
+				{enqueue: "a", weight: 100, admitted: []string{"a"}},
+				{enqueue: "b", weight: 30, admitted: []string{"a"}, queued: []string{"b"}},
+				{enqueue: "c", weight: 30, admitted: []string{"a"}, queued: []string{"b", "c"}},
+				{enqueue: "d", weight: 50, admitted: []string{"a"}, queued: []string{"b", "c", "d"}},
+				{release: "a", admitted: []string{"b", "c"}, queued: []string{"d"}},
+			},
+		},
+		{
+			name: "no_queue",
+			cfg:  InflightConfig{MaxLists: 1},
+			steps: []inflightStep{
+				{enqueue: "a", admitted: []string{"a"}},
+				{enqueue: "b", rejected: true, admitted: []string{"a"}},
+				{release: "a"},
+				{enqueue: "c", admitted: []string{"c"}},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.Clock = clocktesting.NewFakeClock(time.Now())
+			f := newInflight(tc.cfg)
+			waiters := map[string]*waiter{}
+			var order []string
+			for i, s := range tc.steps {
+				if s.enqueue != "" {
+					w := f.enqueue(s.weight)
+					if (w == nil) != s.rejected {
+						t.Fatalf("step %d: enqueue %s: rejected %v, want %v", i, s.enqueue, w == nil, s.rejected)
+					}
+					if w != nil {
+						waiters[s.enqueue] = w
+						order = append(order, s.enqueue)
+					}
+				} else {
+					w := waiters[s.release]
+					if !w.admitted() {
+						t.Fatalf("step %d: release %s, which is not admitted", i, s.release)
+					}
+					f.release(w.weight)
+					delete(waiters, s.release)
+				}
+				var admitted, queued []string
+				for _, name := range order {
+					if w, ok := waiters[name]; ok && w.admitted() {
+						admitted = append(admitted, name)
+					} else if ok {
+						queued = append(queued, name)
+					}
+				}
+				if diff := cmp.Diff(s.admitted, admitted); diff != "" {
+					t.Errorf("step %d: admitted (-want +got):\n%s", i, diff)
+				}
+				if diff := cmp.Diff(s.queued, queued); diff != "" {
+					t.Errorf("step %d: queued (-want +got):\n%s", i, diff)
+				}
+				if got := len(f.queue); got != len(queued) {
+					t.Errorf("step %d: limiter queues %d, want %d", i, got, len(queued))
+				}
+			}
+		})
+	}
+}
+
+// TestInflightWait covers how a queued response stops waiting.
+func TestInflightWait(t *testing.T) {
+	const queueWait = 5 * time.Second
+	tests := []struct {
+		name string
+		// act runs while "b" waits behind "a" (60 of 100 bytes) and "c"
+		// (10 bytes) waits behind "b" (100 bytes).
+		act      func(clk *clocktesting.FakeClock, f *inflight, a *waiter, cancelB context.CancelFunc)
+		wantErr  error // from b's wait
+		wantC    bool  // c admitted afterwards
+		rejected map[string]float64
+	}{
+		{
+			name:     "times_out",
+			act:      func(clk *clocktesting.FakeClock, _ *inflight, _ *waiter, _ context.CancelFunc) { clk.Step(queueWait) },
+			wantErr:  errQueueTimeout,
+			wantC:    true, // c was held back by b only
+			rejected: map[string]float64{rejectedTimeout: 1},
+		},
+		{
+			name: "client_leaves_and_unblocks_the_queue",
+			act: func(_ *clocktesting.FakeClock, _ *inflight, _ *waiter, cancelB context.CancelFunc) {
+				cancelB()
+			},
+			wantErr:  context.Canceled,
+			wantC:    true,
+			rejected: map[string]float64{rejectedCancelled: 1},
+		},
+		{
+			name: "admitted",
+			act: func(_ *clocktesting.FakeClock, f *inflight, a *waiter, _ context.CancelFunc) {
+				f.release(a.weight)
+			},
+		},
+		{
+			// Admitted and timed out at once: either way b holds its slot.
+			name: "admitted_as_the_wait_ends",
+			act: func(clk *clocktesting.FakeClock, f *inflight, a *waiter, _ context.CancelFunc) {
+				f.release(a.weight)
+				clk.Step(queueWait)
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewPedanticRegistry()
+			m, err := NewInflightMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clk := clocktesting.NewFakeClock(time.Now())
+			f := newInflight(InflightConfig{MaxBytes: 100, QueueWait: queueWait, Clock: clk, Metrics: m})
+			a := f.enqueue(60)
+			b := f.enqueue(100)
+			c := f.enqueue(10)
+			if !a.admitted() || b.admitted() || c.admitted() {
+				t.Fatalf("admitted a, b, c = %v, %v, %v; want true, false, false", a.admitted(), b.admitted(), c.admitted())
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- f.wait(ctx, b) }()
+			tc.act(clk, f, a, cancel)
+			if err := <-done; !errors.Is(err, tc.wantErr) {
+				t.Errorf("wait = %v, want %v", err, tc.wantErr)
+			}
+			if c.admitted() != tc.wantC {
+				t.Errorf("c admitted = %v, want %v", c.admitted(), tc.wantC)
+			}
+			for _, reason := range []string{rejectedTimeout, rejectedCancelled} {
+				if got := testutil.ToFloat64(m.rejections.WithLabelValues(reason)); got != tc.rejected[reason] {
+					t.Errorf("rejected{reason=%q} = %v, want %v", reason, got, tc.rejected[reason])
+				}
+			}
+			lists, bytes := f.inflightCountsForTest()
+			if got := testutil.ToFloat64(m.inflight); got != float64(lists) {
+				t.Errorf("inflight gauge = %v, want %d", got, lists)
+			}
+			if got := testutil.ToFloat64(m.inflightBytes); got != float64(bytes) {
+				t.Errorf("inflight_bytes gauge = %v, want %d", got, bytes)
+			}
+			if got := testutil.ToFloat64(m.queued); got != float64(len(f.queue)) {
+				t.Errorf("queued gauge = %v, want %d", got, len(f.queue))
+			}
+			if got := testutil.CollectAndCount(m.queueWait); got != 1 {
+				t.Errorf("queue_wait_seconds has %d series, want 1", got)
+			}
+		})
+	}
+}
+
+// TestAdmit: a response of known weight selects its page once admitted; one
+// weighed by its page selects it first, and again after waiting; one that
+// finds no room gets the apiserver's 429.
+func TestAdmit(t *testing.T) {
+	items := []*snapshot.Entry{{Key: "a", Raw: make([]byte, 60)}, {Key: "b", Raw: make([]byte, 40)}}
+	tests := []struct {
+		name       string
+		estimate   int64
+		queueWait  time.Duration
+		held       int64 // weight admitted before, released once the response queues
+		wantCalls  int
+		wantWeight int64
+		wantErr    bool
+	}{
+		{name: "estimated", estimate: 70, queueWait: time.Second, wantCalls: 1, wantWeight: 70},
+		{name: "estimated_waits_then_room", estimate: 70, queueWait: time.Second, held: 50, wantCalls: 1, wantWeight: 70},
+		{name: "estimated_no_room", estimate: 70, held: 50, wantCalls: 0, wantErr: true},
+		{name: "weighed_by_page", estimate: -1, queueWait: time.Second, wantCalls: 1, wantWeight: 100},
+		{name: "weighed_by_page_waits_then_room", estimate: -1, queueWait: time.Second, held: 50, wantCalls: 2, wantWeight: 100},
+		{name: "weighed_by_page_no_room", estimate: -1, held: 50, wantCalls: 1, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newInflight(InflightConfig{MaxBytes: 100, QueueWait: tc.queueWait, Clock: clocktesting.NewFakeClock(time.Now())})
+			l := &Lists{inflight: f}
+			if tc.held > 0 {
+				f.enqueue(tc.held)
+			}
+			released := make(chan struct{})
+			if tc.held > 0 && tc.queueWait > 0 {
+				go func() {
+					defer close(released)
+					// Busy until admit has queued (no sleep): then free room.
+					for f.queuedForTest() == 0 {
+						runtime.Gosched()
+					}
+					f.release(tc.held)
+				}()
+			} else {
+				close(released)
+			}
+			calls := 0
+			pageFn := func() (snapshot.Page, int64) {
+				calls++
+				return snapshot.Page{Items: items}, int64(len(items))
+			}
+			page, total, slot, status := l.admit(context.Background(), tc.estimate, pageFn)
+			<-released
+			if calls != tc.wantCalls {
+				t.Errorf("page selected %d times, want %d", calls, tc.wantCalls)
+			}
+			if tc.wantErr {
+				if status == nil || status.Status().Code != http.StatusTooManyRequests || status.Status().Reason != metav1.StatusReasonTooManyRequests ||
+					status.Status().Details == nil || status.Status().Details.RetryAfterSeconds != 1 ||
+					status.Status().Message != "Too many requests, please try again later." {
+					t.Fatalf("admit = %#v, want the apiserver's 429 TooManyRequests with retryAfterSeconds 1", status)
+				}
+				return
+			}
+			if status != nil {
+				t.Fatalf("admit = %v, want admitted", status)
+			}
+			if len(page.Items) != len(items) || total != int64(len(items)) || slot.weight != tc.wantWeight {
+				t.Errorf("admitted %d items of %d, weight %d; want 2 of 2, weight %d", len(page.Items), total, slot.weight, tc.wantWeight)
+			}
+			slot.release()
+			if lists, bytes := f.inflightCountsForTest(); lists != 0 || bytes != 0 {
+				t.Errorf("after release: %d lists, %d bytes in flight; want none", lists, bytes)
+			}
+		})
+	}
+}
+
+func TestEstimateWeight(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	var entries []*snapshot.Entry
+	for _, k := range []struct {
+		ns, name string
+		size     int
+	}{{"a", "1", 100}, {"a", "2", 200}, {"a", "3", 300}, {"b", "1", 400}} {
+		entries = append(entries, &snapshot.Entry{Key: snapshot.ObjectKey(k.ns, k.name), Namespace: k.ns, Name: k.name, Raw: make([]byte, k.size)})
+	}
+	store.Replace(entries, 10)
+	snap, _, err := store.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mean = 250
+	tests := []struct {
+		name        string
+		namespace   string
+		limit       int64
+		selectors   bool
+		action      paging.Action
+		token       paging.Token
+		limitForRV0 bool
+		want        int64
+	}{
+		{name: "full_list_is_exact", action: paging.ServeConsistent, want: 1000},
+		{name: "namespace", namespace: "a", action: paging.ServeConsistent, want: 3 * mean},
+		{name: "limit", limit: 2, action: paging.ServeConsistent, want: 2 * mean},
+		{name: "limit_beyond_the_list", limit: 10, action: paging.ServeConsistent, want: 1000},
+		{name: "rest_of_a_continued_list", action: paging.ServeContinue, token: paging.Token{Total: 4, Returned: 3}, want: mean},
+		{name: "limit_for_rv0", limit: 1, action: paging.ServeLatest, limitForRV0: true, want: mean},
+		{name: "limit_ignored_for_rv0", limit: 1, action: paging.ServeLatest, want: 1000},
+		{name: "selectors_decide", selectors: true, action: paging.ServeConsistent, want: -1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := &Lists{cfg: ListsConfig{LimitForRV0: tc.limitForRV0}}
+			req := listRequest{col: collection{Namespace: tc.namespace}, query: listQuery{limit: tc.limit}, selectors: tc.selectors}
+			if got := l.estimateWeight(req, paging.Decision{Action: tc.action}, tc.token, snap); got != tc.want {
+				t.Errorf("estimateWeight = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// deadlineRecorder is a ResponseWriter whose write deadline and write error
+// a test controls.
+type deadlineRecorder struct {
+	*httptest.ResponseRecorder
+	deadlines []time.Time
+	writeErr  error
+}
+
+func (r *deadlineRecorder) SetWriteDeadline(d time.Time) error {
+	r.deadlines = append(r.deadlines, d)
+	return nil
+}
+
+func (r *deadlineRecorder) Write(b []byte) (int, error) {
+	if r.writeErr != nil {
+		return 0, r.writeErr
+	}
+	return r.ResponseRecorder.Write(b)
+}
+
+func TestListSlotWriteDeadline(t *testing.T) {
+	const timeout = time.Minute
+	now := time.Now()
+	tests := []struct {
+		name          string
+		timeout       time.Duration
+		writeErr      error
+		wantDeadlines []time.Time
+		wantTimeouts  float64
+	}{
+		{name: "written", timeout: timeout, wantDeadlines: []time.Time{now.Add(timeout), {}}},
+		{name: "deadline_passed", timeout: timeout, writeErr: os.ErrDeadlineExceeded, wantDeadlines: []time.Time{now.Add(timeout)}, wantTimeouts: 1},
+		// Another failure (the client left) is not a timeout; the connection
+		// is closed anyway.
+		{name: "client_gone", timeout: timeout, writeErr: errors.New("broken pipe"), wantDeadlines: []time.Time{now.Add(timeout), {}}},
+		{name: "no_timeout"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewInflightMetrics(prometheus.NewPedanticRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := newInflight(InflightConfig{MaxLists: 1, WriteTimeout: tc.timeout, Clock: clocktesting.NewFakeClock(now), Metrics: m})
+			w := f.enqueue(42)
+			slot := &listSlot{f: f, weight: w.weight}
+			rec := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder(), writeErr: tc.writeErr}
+			_, _ = slot.writer(rec).Write([]byte("items"))
+			slot.release()
+			if diff := cmp.Diff(tc.wantDeadlines, rec.deadlines); diff != "" {
+				t.Errorf("write deadlines (-want +got):\n%s", diff)
+			}
+			if got := testutil.ToFloat64(m.writeTimeouts); got != tc.wantTimeouts {
+				t.Errorf("write_timeouts_total = %v, want %v", got, tc.wantTimeouts)
+			}
+			if lists, bytes := f.inflightCountsForTest(); lists != 0 || bytes != 0 {
+				t.Errorf("after release: %d lists, %d bytes in flight; want none", lists, bytes)
+			}
+		})
+	}
+}
+
+// TestListSlotWriteTimeout: a client that stops reading holds a response
+// only until its write deadline; then the write fails, the slot is freed,
+// and the client sees the response end (HTTP/1.1: the connection closes;
+// HTTP/2: the stream is reset).
+func TestListSlotWriteTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		http2 bool
+	}{{name: "http1"}, {name: "http2", http2: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewInflightMetrics(prometheus.NewPedanticRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := newInflight(InflightConfig{MaxLists: 1, WriteTimeout: 200 * time.Millisecond, Metrics: m})
+			handlerDone := make(chan error, 1)
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+				var err error
+				func() {
+					slot := &listSlot{f: f, weight: f.enqueue(1).weight}
+					defer slot.release()
+					ww := slot.writer(w)
+					chunk := make([]byte, 1<<20)
+					// Far more than socket buffers and flow-control
+					// windows hold; the write must fail first.
+					for range 1 << 10 {
+						if _, err = ww.Write(chunk); err != nil {
+							return
+						}
+					}
+				}()
+				handlerDone <- err // after release
+			}))
+			srv.EnableHTTP2 = tc.http2
+			if tc.http2 {
+				srv.StartTLS()
+			} else {
+				srv.Start()
+			}
+			defer srv.Close()
+
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var body io.Reader
+			if tc.http2 {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp, err := srv.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				if resp.ProtoMajor != 2 {
+					t.Fatalf("response over %s, want HTTP/2", resp.Proto)
+				}
+				body = resp.Body
+			} else {
+				conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				if _, err := conn.Write([]byte("GET / HTTP/1.1\r\nHost: test\r\n\r\n")); err != nil {
+					t.Fatal(err)
+				}
+				if err := conn.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				body = conn
+			}
+			// The client reads nothing until the handler is done.
+			select {
+			case err := <-handlerDone:
+				if err == nil {
+					t.Fatal("handler wrote 1 GiB to a client that reads nothing")
+				}
+			case <-ctx.Done():
+				t.Fatal("handler still writing 30s after its 200ms write deadline")
+			}
+			if lists, _ := f.inflightCountsForTest(); lists != 0 {
+				t.Errorf("%d responses in flight after the timeout, want 0", lists)
+			}
+			if got := testutil.ToFloat64(m.writeTimeouts); got != 1 {
+				t.Errorf("write_timeouts_total = %v, want 1", got)
+			}
+			// What was sent drains, then the response ends early.
+			buf := make([]byte, 1<<20)
+			var read int
+			for {
+				n, err := body.Read(buf)
+				read += n
+				if err != nil {
+					if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("response still open after the write deadline (%d bytes read): %v", read, err)
+					}
+					break
+				}
+			}
+			if read >= 1<<30 {
+				t.Errorf("client read the whole response, want it cut short")
+			}
+		})
+	}
+}
+
+func (f *inflight) queuedForTest() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.queue)
+}
+
+func (f *inflight) inflightCountsForTest() (int, int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists, f.bytes
+}

@@ -1,0 +1,666 @@
+package lists
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/listproxy/listproxy/pkg/consistency"
+	"github.com/listproxy/listproxy/pkg/freshness"
+	"github.com/listproxy/listproxy/pkg/paging"
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/wire"
+
+	"github.com/listproxy/listproxy/pkg/httpapi"
+)
+
+var runtimeConverter = runtime.DefaultUnstructuredConverter
+
+// gzipThreshold is the body size above which the apiserver gzips a response
+// for a client that accepts it (k8s.io/apiserver/pkg/endpoints/handlers/
+// responsewriters defaultGzipThresholdBytes); listproxy does the same so the
+// two are indistinguishable.
+const gzipThreshold = 128 * 1024
+
+// ContinueKeys seals and opens continue tokens (a *paging.Reloader or
+// *paging.Keyring).
+type ContinueKeys interface {
+	Seal(paging.Token) (string, error)
+	Open(string) (paging.Token, error)
+}
+
+// ListsConfig configures the snapshot-serving side of listproxy.
+type ListsConfig struct {
+	// Upstream is how listproxy reaches the apiserver with its own identity.
+	Upstream *rest.Config
+	// Resources selects the cached resources.
+	Resources ResourceFilter
+	// Keys seal and open continue tokens.
+	Keys ContinueKeys
+	// History, HistoryMaxBytes and HistoryMaxRatio bound each store's
+	// snapshot history (see snapshot.StoreConfig).
+	History         time.Duration
+	HistoryMaxBytes int64
+	HistoryMaxRatio float64
+	// IdleTTL drops a store that served no LIST for this long.
+	IdleTTL time.Duration
+	// NotOlderThanWait bounds the wait for a snapshot to reach a requested
+	// resourceVersion; past it the request passes through. Upstream's watch
+	// cache waits 3s.
+	NotOlderThanWait time.Duration
+	// LimitForRV0 honours limit for resourceVersion="0" (the apiserver
+	// ignores it there; KEP-365 allows either).
+	LimitForRV0 bool
+	// ScanBudget bounds the objects one page examines under a selector; 0 is
+	// no bound.
+	ScanBudget int
+	// DiscoveryInterval is how often discovery and CRDs are re-read.
+	DiscoveryInterval time.Duration
+	// Metrics records outcomes; nil records nothing.
+	Metrics *ListMetrics
+	// StoreMetrics observes the snapshot stores; nil records nothing.
+	StoreMetrics *snapshot.Metrics
+	// ContinueMetrics counts continue-token outcomes; nil records nothing.
+	ContinueMetrics *paging.Metrics
+
+	// Freshness proves consistent reads with etcd; nil passes consistent
+	// reads through (managed clusters without etcd access).
+	Freshness *freshness.Checker
+	// EtcdPrefix returns a resource's etcd key prefix (with a trailing "/").
+	EtcdPrefix func(gr schema.GroupResource, custom bool) string
+	// ConsistentReadTimeout bounds proving freshness; then FallbackReject
+	// answers 429, otherwise the request passes through.
+	ConsistentReadTimeout time.Duration
+	FallbackReject        bool
+	// FreshnessMetrics counts consistent-read outcomes; nil records nothing.
+	FreshnessMetrics *FreshnessMetrics
+	// WatchStallTimeout abandons a store's watch that delivered no event or
+	// bookmark for this long (snapshot.FeederConfig.StallTimeout; 0 selects
+	// snapshot.DefaultStallTimeout).
+	WatchStallTimeout time.Duration
+	// WatchLagTimeout restarts a store's watch when the store stays behind
+	// a revision etcd proved it must reach for this long (lag.go); 0
+	// selects 10s, negative never restarts.
+	WatchLagTimeout time.Duration
+	// Inflight bounds the responses being written at once and sets their
+	// write deadline; the zero value bounds nothing.
+	Inflight InflightConfig
+	// ConsistencyCheck configures comparing snapshots with the apiserver
+	// (pkg/consistency).
+	ConsistencyCheck consistency.Config
+}
+
+// Lists answers cacheable LISTs from snapshots. It implements ListServer.
+type Lists struct {
+	cfg      ListsConfig
+	client   *http.Client
+	registry *registry
+	inflight *inflight
+
+	// ctx bounds every feeder; set by Run.
+	ctx context.Context
+
+	mu     sync.RWMutex
+	stores map[storeKey]*storeEntry // guarded by mu
+
+	consistency *consistency.Checker // compares the stores with the apiserver
+}
+
+type storeKey struct {
+	gvr    schema.GroupVersionResource
+	format wire.Format
+}
+
+type storeEntry struct {
+	store    *snapshot.Store
+	source   *apiSource
+	info     *resourceInfo
+	ctx      context.Context
+	cancel   context.CancelFunc
+	lastUsed atomic.Int64 // unix nanoseconds of the last LIST
+	feeder   *snapshot.Feeder
+	// lagCheck is true while a check that the store catches up runs (lag.go).
+	lagCheck atomic.Bool
+
+	// freshMu guards fresh and freshTried. fresh proves consistent reads
+	// for this store; it is started on the first consistent read after the
+	// store synced, and retried a while after a transient failure.
+	freshMu    sync.Mutex
+	fresh      *freshTracker
+	freshTried time.Time
+}
+
+// NewLists builds the snapshot server; Run must be called before it serves.
+func NewLists(cfg ListsConfig) (*Lists, error) {
+	client, err := rest.HTTPClientFor(withHealthCheckedTransport(cfg.Upstream))
+	if err != nil {
+		return nil, fmt.Errorf("upstream client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	if cfg.NotOlderThanWait <= 0 {
+		cfg.NotOlderThanWait = 3 * time.Second
+	}
+	if cfg.DiscoveryInterval <= 0 {
+		cfg.DiscoveryInterval = 10 * time.Second
+	}
+	l := &Lists{
+		cfg:      cfg,
+		client:   client,
+		registry: &registry{discovery: disc, dynamic: dyn, filter: cfg.Resources},
+		inflight: newInflight(cfg.Inflight),
+		stores:   map[storeKey]*storeEntry{},
+	}
+	l.consistency = consistency.New(cfg.ConsistencyCheck, consistencyView{l}, consistencyView{l})
+	return l, nil
+}
+
+// Run reads discovery (retrying until it succeeds; until then every request
+// passes through), then keeps discovery fresh and drops idle stores until
+// ctx is done.
+func (l *Lists) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		_, err := l.registry.refresh(ctx)
+		if err == nil {
+			break
+		}
+		klog.ErrorS(err, "Reading discovery failed; passing everything through until it succeeds")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+	l.mu.Lock()
+	l.ctx = ctx
+	l.mu.Unlock()
+	go l.registry.refreshLoop(ctx, l.cfg.DiscoveryInterval, l.drop)
+	if l.cfg.IdleTTL > 0 {
+		go l.janitor(ctx)
+	}
+	if l.cfg.ConsistencyCheck.Interval > 0 {
+		go l.consistency.Run(ctx)
+	}
+	<-ctx.Done()
+	l.drop(nil)
+}
+
+// drop stops the stores of the given resources (all stores for nil).
+func (l *Lists) drop(gvrs []schema.GroupVersionResource) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, e := range l.stores {
+		if gvrs == nil || slices.Contains(gvrs, k.gvr) {
+			l.dropLocked(k, e, "resource changed or listproxy stopping")
+		}
+	}
+}
+
+// dropLocked stops one store and forgets it and its metrics.
+func (l *Lists) dropLocked(k storeKey, e *storeEntry, why string) {
+	e.cancel()
+	delete(l.stores, k)
+	l.cfg.StoreMetrics.Forget(k.gvr.GroupResource().String(), k.format.String())
+	klog.InfoS("Dropped snapshot store", "resource", k.gvr.String(), "format", k.format.String(), "why", why)
+}
+
+func (l *Lists) janitor(ctx context.Context) {
+	t := time.NewTicker(l.cfg.IdleTTL / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cutoff := time.Now().Add(-l.cfg.IdleTTL)
+		l.mu.Lock()
+		for k, e := range l.stores {
+			if time.Unix(0, e.lastUsed.Load()).Before(cutoff) {
+				l.dropLocked(k, e, "idle")
+			}
+		}
+		l.mu.Unlock()
+	}
+}
+
+// storeFor returns the store of a resource in a representation, starting
+// its feeder on first demand.
+func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, bool) {
+	key := storeKey{gvr: info.GVR, format: format}
+	l.mu.RLock()
+	e, ok := l.stores[key]
+	l.mu.RUnlock()
+	if ok && e.info.fingerprint == info.fingerprint {
+		e.lastUsed.Store(time.Now().UnixNano())
+		return e, true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		return nil, false
+	}
+	if e, ok := l.stores[key]; ok && e.info.fingerprint == info.fingerprint {
+		e.lastUsed.Store(time.Now().UnixNano())
+		return e, true
+	} else if ok {
+		// Discovery changed the resource under us: rebuild.
+		e.cancel()
+	}
+	indexField := ""
+	if info.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && !format.IsMeta() {
+		indexField = "spec.nodeName"
+	}
+	name := info.GVR.String() + "/" + format.String()
+	observe := l.cfg.StoreMetrics.For(info.GVR.GroupResource().String(), format.String())
+	store := snapshot.NewStore(snapshot.StoreConfig{
+		IndexField:      indexField,
+		History:         l.cfg.History,
+		HistoryMaxBytes: l.cfg.HistoryMaxBytes,
+		HistoryMaxRatio: l.cfg.HistoryMaxRatio,
+		OnPublish:       observe.OnPublish,
+	})
+	source := &apiSource{client: l.client, host: strings.TrimSuffix(l.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
+	ctx, cancel := context.WithCancel(l.ctx)
+	feeder := snapshot.NewFeeder(snapshot.FeederConfig{
+		Store:          store,
+		Source:         source,
+		Extract:        newExtractor(info, format),
+		Name:           name,
+		OnRelist:       observe.OnRelist,
+		OnWatchRestart: observe.OnWatchRestart,
+		OnWatching:     observe.OnWatching,
+		OnProgress:     observe.OnProgress,
+		StallTimeout:   l.cfg.WatchStallTimeout,
+	})
+	go feeder.Run(ctx)
+	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel, feeder: feeder}
+	e.lastUsed.Store(time.Now().UnixNano())
+	l.stores[key] = e
+	klog.InfoS("Started snapshot store", "resource", info.GVR.String(), "format", format.String())
+	return e, true
+}
+
+func collectionPath(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return "/api/" + gvr.Version + "/" + gvr.Resource
+	}
+	return "/apis/" + gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}
+
+// listRequest is a cacheable LIST, parsed.
+type listRequest struct {
+	col       collection
+	info      *resourceInfo
+	format    wire.Format
+	query     listQuery
+	labelSel  labels.Selector
+	fieldSel  fields.Selector
+	selectors bool // a non-empty label or field selector
+}
+
+// parse decides whether r is a cacheable LIST and parses it.
+func (l *Lists) parse(r *http.Request) (listRequest, string, bool) {
+	if r.Method != http.MethodGet {
+		return listRequest{}, "method", false
+	}
+	col, ok := parseCollection(r)
+	if !ok {
+		return listRequest{}, "path", false
+	}
+	info, ok := l.registry.lookup(col.GVR)
+	if !ok {
+		return listRequest{}, "resource", false
+	}
+	if col.Namespace != "" && !info.Namespaced {
+		return listRequest{}, "path", false
+	}
+	q, ok := parseListQuery(r.URL.RawQuery)
+	if !ok {
+		return listRequest{}, "query", false
+	}
+	format, ok := negotiateFormat(r, info.Custom)
+	if !ok {
+		return listRequest{}, "media_type", false
+	}
+	labelSel, err := labels.Parse(q.labelSelector)
+	if err != nil {
+		return listRequest{}, "selector", false
+	}
+	fieldSel, err := fields.ParseSelector(q.fieldSelector)
+	if err != nil || !info.Fields.accepts(fieldSel, format.IsMeta()) {
+		return listRequest{}, "selector", false
+	}
+	return listRequest{
+		col: col, info: info, format: format, query: q,
+		labelSel: labelSel, fieldSel: fieldSel,
+		selectors: !labelSel.Empty() || !fieldSel.Empty(),
+	}, "", true
+}
+
+// ServeList answers r from a snapshot, or returns false having written
+// nothing, in which case r must pass through. It may rewrite r's query
+// before returning false: a continue token whose snapshot is gone is replaced
+// by the apiserver's own token for the same position.
+func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
+	start := time.Now()
+	req, reason, ok := l.parse(r)
+	if !ok {
+		l.cfg.Metrics.passThrough("", reason)
+		q := r.URL.Query()
+		if token := q.Get("continue"); paging.IsListproxyToken(token) {
+			if col, ok := parseCollection(r); ok {
+				l.handOff(r, col, token, selectorDigest(q.Get("labelSelector"), q.Get("fieldSelector")))
+			}
+		}
+		return false
+	}
+	resource := req.info.GVR.GroupResource().String()
+	served, reason := l.serve(w, r, req)
+	if !served {
+		l.cfg.Metrics.passThrough(resource, reason)
+		if paging.IsListproxyToken(req.query.continueToken) {
+			l.handOff(r, req.col, req.query.continueToken, selectorDigest(req.query.labelSelector, req.query.fieldSelector))
+		}
+		return false
+	}
+	l.cfg.Metrics.served(resource, reason, time.Since(start))
+	return true
+}
+
+// serve returns whether it wrote a response, and a reason for metrics.
+func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (bool, string) {
+	q := req.query
+	var token paging.Token
+	var openErr error
+	ours := paging.IsListproxyToken(q.continueToken)
+	digest := selectorDigest(q.labelSelector, q.fieldSelector)
+	if ours {
+		token, openErr = l.cfg.Keys.Open(q.continueToken)
+		if openErr == nil {
+			openErr = token.Matches(req.info.GVR.Group, req.info.GVR.Resource, req.col.Namespace, digest)
+		}
+	}
+	d := paging.Decide(paging.Request{
+		ResourceVersion:      q.resourceVersion,
+		ResourceVersionMatch: q.resourceVersionMatch,
+		Limit:                q.limit,
+		Continue:             q.continueToken,
+		ContinueIsOurs:       ours,
+		ContinueErr:          openErr,
+	})
+	switch d.Action {
+	case paging.PassThrough:
+		return false, d.Reason
+	case paging.ServeConsistent:
+		if l.cfg.Freshness == nil {
+			return false, "no_etcd"
+		}
+	case paging.Reject:
+		if ours && openErr != nil {
+			l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueInvalid)
+		}
+		var status *apierrors.StatusError
+		if !errors.As(d.Err, &status) {
+			status = apierrors.NewInternalError(d.Err)
+		}
+		w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+		httpapi.WriteStatus(w, status)
+		return true, d.Reason
+	}
+
+	entry, ok := l.storeFor(req.info, req.format)
+	if !ok || !entry.store.Synced() {
+		return false, "not_synced"
+	}
+	store := entry.store
+
+	var snap *snapshot.Snapshot
+	var rv uint64
+	var err error
+	switch d.Action {
+	case paging.ServeConsistent:
+		var reason string
+		snap, rv, reason = l.consistent(r.Context(), entry)
+		if snap == nil {
+			if l.cfg.FallbackReject && reason != "prefix_unverified" {
+				w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+				httpapi.WriteStatus(w, apierrors.NewTooManyRequests("listproxy could not prove the freshness of its snapshot in time; retry", 1))
+				return true, reason
+			}
+			return false, reason
+		}
+	case paging.ServeLatest:
+		snap, rv, err = store.Latest()
+	case paging.ServeNotOlderThan:
+		var status *apierrors.StatusError
+		snap, rv, status = l.notOlderThan(r.Context(), entry, d.RV)
+		if status != nil {
+			w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+			httpapi.WriteStatus(w, status)
+			return true, "resource_version_too_large"
+		}
+		if snap == nil {
+			return false, "not_older_than_timeout"
+		}
+	case paging.ServeExact:
+		rv = d.RV
+		snap, err = store.At(rv)
+	case paging.ServeContinue:
+		rv = token.RV
+		snap, err = store.At(rv)
+		if errors.Is(err, snapshot.ErrNotRetained) && rv > store.Progress() {
+			// Another replica issued the token at a revision this one has not
+			// seen: the state there is the state at the last change before it.
+			snap, err = l.atProven(r.Context(), entry, rv)
+		}
+		if errors.Is(err, snapshot.ErrNotRetained) && l.compacted(r.Context(), rv) {
+			// etcd no longer has this revision: the apiserver's 410, with a
+			// token that continues from the same key at the latest RV.
+			l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueExpired)
+			next := paging.NativeContinueLatest(paging.RelativeKey(req.col.Namespace, token.StartKey))
+			w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+			httpapi.WriteStatus(w, paging.ExpiredContinueError(next))
+			return true, "continue_expired"
+		}
+		if errors.Is(err, snapshot.ErrNotRetained) {
+			// The rest of the list is handed to the apiserver at the same RV.
+			return false, "continue_not_retained"
+		}
+	}
+	if err != nil {
+		return false, "snapshot_unavailable"
+	}
+
+	page, total, slot, status := l.admit(r.Context(), l.estimateWeight(req, d, token, snap), func() (snapshot.Page, int64) { return l.page(req, d, token, snap) })
+	if status != nil {
+		w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+		httpapi.WriteStatus(w, status)
+		return true, "too_many_requests"
+	}
+	defer slot.release()
+	meta := wire.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}
+	if page.More {
+		returned := token.Returned + int64(len(page.Items))
+		next := paging.Token{
+			Group: req.info.GVR.Group, Resource: req.info.GVR.Resource, Namespace: req.col.Namespace,
+			RV: rv, StartKey: page.LastKey, SelectorDigest: digest,
+			Returned: returned, Total: total, IssuedAt: time.Now(),
+		}
+		meta.Continue, err = l.cfg.Keys.Seal(next)
+		if err != nil {
+			return false, "seal_failed"
+		}
+		store.Pin(rv, snap)
+		meta.RemainingItemCount = paging.RemainingItemCount(total, token.Returned, int64(len(page.Items)), true, req.selectors)
+	}
+	if d.Action == paging.ServeContinue {
+		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueServed)
+	}
+	env := entry.source.envelope.Load()
+	if env == nil {
+		return false, "not_synced"
+	}
+	if (d.Action == paging.ServeLatest || d.Action == paging.ServeNotOlderThan) && entry.feeder != nil && !entry.feeder.Watching() {
+		// Latest data, but the store is not following the apiserver now.
+		l.cfg.Metrics.servedStale(req.info.GVR.GroupResource().String())
+	}
+	l.write(slot.writer(w), r, req.format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, !req.selectors)
+	return true, d.Reason
+}
+
+// handOff makes sure the apiserver never sees a listproxy continue token
+// (docs/design.md "Goals", rule 2) on a request listproxy does not answer itself: a
+// token that opens and belongs to the request becomes the apiserver's own
+// token for the same position; any other becomes a value the apiserver
+// cannot decode, so that it answers with its own first error (a bad selector,
+// a bad limit, or "invalid continue token"), in its own order of checks.
+// The request always passes through.
+func (l *Lists) handOff(r *http.Request, col collection, continueToken string, digest [32]byte) {
+	query := r.URL.Query()
+	token, err := l.cfg.Keys.Open(continueToken)
+	if err == nil {
+		err = token.Matches(col.GVR.Group, col.GVR.Resource, col.Namespace, digest)
+	}
+	if err != nil {
+		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueInvalid)
+		query.Set("continue", undecodableContinue)
+	} else {
+		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueDelegated)
+		query.Set("continue", paging.NativeContinue(token.RV, paging.RelativeKey(col.Namespace, token.StartKey)))
+	}
+	r.URL.RawQuery = query.Encode()
+}
+
+// undecodableContinue is not base64url: the apiserver rejects it as an
+// invalid continue token, after its own earlier checks.
+const undecodableContinue = "!"
+
+// selectorDigest binds a token to its selectors in canonical form, so that
+// an equivalent spelling continues the same list. Unparsable selectors are
+// taken as written (the apiserver rejects them anyway).
+func selectorDigest(labelSelector, fieldSelector string) [32]byte {
+	if sel, err := labels.Parse(labelSelector); err == nil {
+		labelSelector = sel.String()
+	}
+	if sel, err := fields.ParseSelector(fieldSelector); err == nil {
+		fieldSelector = sel.String()
+	}
+	return paging.SelectorDigest(labelSelector, fieldSelector)
+}
+
+// page selects the items of one page, mirroring how the apiserver's watch
+// cache scopes and filters a list (k8s.io/apiserver/pkg/storage/cacher). It
+// returns the page and the item total of the list for remainingItemCount.
+func (l *Lists) page(req listRequest, d paging.Decision, token paging.Token, snap *snapshot.Snapshot) (snapshot.Page, int64) {
+	firstPage := d.Action != paging.ServeContinue
+	namespace := req.col.Namespace
+	if firstPage && namespace == "" {
+		// A cluster-wide list whose field selector pins one namespace is
+		// scoped to it, as the apiserver's registry does.
+		if ns, ok := req.fieldSel.RequiresExactMatch("metadata.namespace"); ok && len(validation.ValidateNamespaceName(ns, false)) == 0 {
+			namespace = ns
+		}
+	}
+	pr := snapshot.PageRequest{Namespace: namespace, After: token.StartKey, Limit: l.pageLimit(req, d), ScanBudget: l.cfg.ScanBudget}
+	if req.selectors {
+		labelSel, fieldSel := req.labelSel, req.fieldSel
+		pr.Match = func(e *snapshot.Entry) bool {
+			return labelSel.Matches(e.Labels) && fieldSel.Matches(e.Fields)
+		}
+	}
+	if firstPage {
+		// A selector on metadata.name reads that single key: never a
+		// continue token.
+		if name, ok := req.fieldSel.RequiresExactMatch("metadata.name"); ok && (namespace != "" || !req.info.Namespaced) {
+			var page snapshot.Page
+			if e, found := snap.Get(snapshot.ObjectKey(namespace, name)); found && (pr.Match == nil || pr.Match(e)) {
+				page.Items, page.LastKey = []*snapshot.Entry{e}, e.Key
+			}
+			return page, int64(len(page.Items))
+		}
+	}
+	// The watch cache consults its spec.nodeName index for first pages of
+	// latest and consistent reads; "more" then means more index matches.
+	if node, ok := req.fieldSel.RequiresExactMatch("spec.nodeName"); ok && req.info.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && !req.format.IsMeta() {
+		pr.IndexValue = &node
+		pr.MoreInIndex = firstPage && d.Action != paging.ServeExact
+		if req.labelSel.Empty() && len(req.fieldSel.Requirements()) == 1 {
+			pr.Match = nil // the index already selects exactly these
+		}
+	}
+	total := token.Total
+	if firstPage {
+		total = int64(snap.Count(namespace))
+	}
+	return snap.Page(pr), total
+}
+
+// write streams a list response from stored bytes, gzipped as the apiserver
+// would for a client that accepts it. unfiltered says the entries are
+// consecutive in key order (see writeGzipList).
+func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format, env wire.ListEnvelope, entries []*snapshot.Entry, unfiltered bool) {
+	items := make([][]byte, len(entries))
+	size := 0
+	for i, e := range entries {
+		items[i] = e.Raw
+		size += len(e.Raw)
+	}
+	h := w.Header()
+	h.Set("Content-Type", format.ContentType())
+	h.Set("Cache-Control", "no-cache, private")
+	h.Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+	if size > gzipThreshold && acceptsGzip(r) {
+		h.Set("Content-Encoding", "gzip")
+		h.Add("Vary", "Accept-Encoding")
+		w.WriteHeader(http.StatusOK)
+		if err := writeGzipList(w, format, env, entries, items, unfiltered); err != nil {
+			klog.V(2).InfoS("Writing list response failed", "err", err)
+		}
+		return
+	}
+	// A known length spares net/http chunking the body (fewer writes per
+	// byte on the largest responses).
+	if n, err := wire.ListSize(format, env, items); err == nil {
+		h.Set("Content-Length", strconv.FormatInt(n, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	if err := wire.WriteList(w, format, env, items); err != nil {
+		klog.V(2).InfoS("Writing list response failed", "err", err)
+	}
+}
+
+func acceptsGzip(r *http.Request) bool {
+	for _, token := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		if strings.TrimSpace(token) == "gzip" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,105 @@
+package lists
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// Media types the apiserver offers for a resource list. listproxy negotiates
+// over the same set in the same order, with the apiserver's own negotiation
+// code, so that it picks what the apiserver would pick; it then serves only
+// the representations it holds and passes the rest through.
+var (
+	mediaJSON     = runtime.SerializerInfo{MediaType: "application/json", MediaTypeType: "application", MediaTypeSubType: "json"}
+	mediaYAML     = runtime.SerializerInfo{MediaType: "application/yaml", MediaTypeType: "application", MediaTypeSubType: "yaml"}
+	mediaProtobuf = runtime.SerializerInfo{MediaType: "application/vnd.kubernetes.protobuf", MediaTypeType: "application", MediaTypeSubType: "vnd.kubernetes.protobuf"}
+
+	builtinMedia = []runtime.SerializerInfo{mediaJSON, mediaYAML, mediaProtobuf}
+	// Custom resources have no protobuf form of their own, but their
+	// PartialObjectMetadata has.
+	customMedia = []runtime.SerializerInfo{mediaJSON, mediaYAML}
+)
+
+// listRestrictions mirrors the apiserver's RequestScope.AllowsMediaTypeTransform
+// for a list endpoint.
+type listRestrictions struct {
+	standard []runtime.SerializerInfo
+}
+
+func (r listRestrictions) AllowsMediaTypeTransform(mimeType, mimeSubType string, gvk *schema.GroupVersionKind) bool {
+	if gvk == nil {
+		for _, info := range r.standard {
+			if info.MediaTypeType == mimeType && info.MediaTypeSubType == mimeSubType {
+				return true
+			}
+		}
+		return false
+	}
+	if gvk.Group != "meta.k8s.io" || (gvk.Version != "v1" && gvk.Version != "v1beta1") {
+		return false
+	}
+	switch gvk.Kind {
+	case "Table":
+		return mimeType == "application" && (mimeSubType == "json" || mimeSubType == "yaml")
+	case "PartialObjectMetadata", "PartialObjectMetadataList":
+		return true
+	}
+	return false
+}
+
+func (listRestrictions) AllowsServerVersion(version string) bool { return version == "v1" }
+func (listRestrictions) AllowsStreamSchema(s string) bool        { return s == "watch" }
+
+// negotiateFormat returns the representation the apiserver would answer r
+// with, when listproxy can produce it byte-for-byte.
+func negotiateFormat(r *http.Request, custom bool) (wire.Format, bool) {
+	restrictions := listRestrictions{standard: builtinMedia}
+	if custom {
+		restrictions.standard = customMedia
+	}
+	options, ok := negotiation.NegotiateMediaTypeOptions(r.Header.Get("Accept"), builtinMedia, restrictions)
+	if !ok || options.Stream != "" || options.UseServerVersion != "" || options.Export || options.Profile != "" {
+		return 0, false
+	}
+	meta := false
+	if c := options.Convert; c != nil {
+		if *c != (schema.GroupVersionKind{Group: "meta.k8s.io", Version: "v1", Kind: "PartialObjectMetadataList"}) {
+			return 0, false
+		}
+		meta = true
+	}
+	switch options.Accepted.MediaType {
+	case mediaJSON.MediaType:
+		if options.Pretty || prettyByRequest(r) {
+			return 0, false
+		}
+		if meta {
+			return wire.MetaJSON, true
+		}
+		return wire.JSON, true
+	case mediaProtobuf.MediaType:
+		if meta {
+			return wire.MetaProtobuf, true
+		}
+		return wire.Protobuf, true
+	}
+	return 0, false
+}
+
+// prettyByRequest mirrors the apiserver's pretty-printing rule for JSON: a
+// "pretty" query parameter, or a User-Agent of a human tool.
+func prettyByRequest(r *http.Request) bool {
+	if v := r.URL.Query().Get("pretty"); v != "" {
+		pretty, _ := strconv.ParseBool(v)
+		return pretty
+	}
+	ua := r.UserAgent()
+	return strings.HasPrefix(ua, "curl") || strings.HasPrefix(ua, "Wget") || strings.HasPrefix(ua, "Mozilla/5.0")
+}

@@ -1,0 +1,176 @@
+package lists
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
+)
+
+// resourceInfo is what discovery says about one cacheable resource version.
+type resourceInfo struct {
+	GVR        schema.GroupVersionResource
+	Kind       string
+	Namespaced bool
+	// Custom is true for resources served by a CustomResourceDefinition.
+	Custom bool
+	Fields selectableFields
+	// fingerprint changes when anything that shapes stored entries changes
+	// (a CRD recreated or its selectable fields edited); stores built for an
+	// older fingerprint are dropped.
+	fingerprint string
+}
+
+// ResourceFilter selects the resources listproxy caches: "*" or
+// RESOURCE[.GROUP] names as given to --resources.
+type ResourceFilter []string
+
+// Allows reports whether gr is selected.
+func (f ResourceFilter) Allows(gr schema.GroupResource) bool {
+	for _, name := range f {
+		if name == "*" || name == gr.String() {
+			return true
+		}
+	}
+	return false
+}
+
+// registry holds the cacheable resources, refreshed from discovery.
+type registry struct {
+	discovery discovery.DiscoveryInterface
+	dynamic   dynamic.Interface
+	filter    ResourceFilter
+
+	mu        sync.RWMutex
+	resources map[schema.GroupVersionResource]*resourceInfo // guarded by mu
+}
+
+var crdGVR = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
+
+func (r *registry) lookup(gvr schema.GroupVersionResource) (*resourceInfo, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	info, ok := r.resources[gvr]
+	return info, ok
+}
+
+// refresh re-reads discovery and the CRDs. It returns the resources whose
+// stores must be dropped: gone or changed.
+func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, error) {
+	_, lists, err := r.discovery.ServerGroupsAndResources()
+	if err != nil && len(lists) == 0 {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
+	partial := err != nil
+	if partial {
+		// Some API group is unavailable: keep what was found, and keep the
+		// previous view of the rest rather than dropping its stores.
+		klog.V(2).InfoS("Partial discovery", "err", err)
+	}
+	crds, err := r.customResources(ctx)
+	if err != nil {
+		return nil, err
+	}
+	next := map[schema.GroupVersionResource]*resourceInfo{}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, res := range list.APIResources {
+			if strings.Contains(res.Name, "/") || !slices.Contains(res.Verbs, "list") || !slices.Contains(res.Verbs, "watch") {
+				continue
+			}
+			gvr := gv.WithResource(res.Name)
+			if !r.filter.Allows(gvr.GroupResource()) {
+				continue
+			}
+			info := &resourceInfo{GVR: gvr, Kind: res.Kind, Namespaced: res.Namespaced}
+			crd, custom := crds[gvr]
+			info.Custom = custom
+			info.Fields = fieldsFor(gvr.GroupResource(), custom, res.Namespaced, crd.selectable)
+			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable)
+			next[gvr] = info
+		}
+	}
+	r.mu.Lock()
+	if partial {
+		for gvr, old := range r.resources {
+			if _, ok := next[gvr]; !ok {
+				next[gvr] = old
+			}
+		}
+	}
+	var dropped []schema.GroupVersionResource
+	for gvr, old := range r.resources {
+		if n, ok := next[gvr]; !ok || n.fingerprint != old.fingerprint {
+			dropped = append(dropped, gvr)
+		}
+	}
+	r.resources = next
+	r.mu.Unlock()
+	return dropped, nil
+}
+
+type crdVersion struct {
+	uid        string
+	selectable []string
+}
+
+// customResources lists the CRDs' served versions with their selectable fields.
+func (r *registry) customResources(ctx context.Context) (map[schema.GroupVersionResource]crdVersion, error) {
+	list, err := r.dynamic.Resource(crdGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list customresourcedefinitions: %w", err)
+	}
+	out := map[schema.GroupVersionResource]crdVersion{}
+	for _, u := range list.Items {
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := runtimeConverter.FromUnstructured(u.Object, &crd); err != nil {
+			klog.ErrorS(err, "Unreadable CustomResourceDefinition", "name", u.GetName())
+			continue
+		}
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			cv := crdVersion{uid: string(crd.UID)}
+			for _, f := range v.SelectableFields {
+				cv.selectable = append(cv.selectable, strings.TrimPrefix(f.JSONPath, "."))
+			}
+			out[schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}] = cv
+		}
+	}
+	return out, nil
+}
+
+// refreshLoop refreshes the registry every interval until ctx is done and
+// calls drop with resources whose stores are stale.
+func (r *registry) refreshLoop(ctx context.Context, interval time.Duration, drop func([]schema.GroupVersionResource)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		dropped, err := r.refresh(ctx)
+		if err != nil {
+			klog.ErrorS(err, "Refreshing discovery failed; keeping the previous view")
+			continue
+		}
+		if len(dropped) > 0 {
+			drop(dropped)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package lists
+
+import (
+	"net/http"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/validate/content"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// collection is a parsed resource-collection path.
+type collection struct {
+	GVR schema.GroupVersionResource
+	// Namespace is set for /namespaces/NS/RES paths.
+	Namespace string
+}
+
+// parseCollection recognises the paths of a LIST:
+//
+//	/api/v1/RES, /api/v1/namespaces/NS/RES,
+//	/apis/G/V/RES, /apis/G/V/namespaces/NS/RES.
+//
+// Anything else (a name, a subresource, an escaped or irregular path) is not a
+// collection and passes through.
+func parseCollection(r *http.Request) (collection, bool) {
+	if r.URL.RawPath != "" {
+		return collection{}, false
+	}
+	p := r.URL.Path
+	var gv schema.GroupVersion
+	var rest []string
+	switch {
+	case strings.HasPrefix(p, "/api/"):
+		parts := strings.Split(p[len("/api/"):], "/")
+		if len(parts) < 2 || parts[0] != "v1" {
+			return collection{}, false
+		}
+		gv, rest = schema.GroupVersion{Version: "v1"}, parts[1:]
+	case strings.HasPrefix(p, "/apis/"):
+		parts := strings.Split(p[len("/apis/"):], "/")
+		if len(parts) < 3 || !validSegment(parts[0]) {
+			return collection{}, false
+		}
+		gv, rest = schema.GroupVersion{Group: parts[0], Version: parts[1]}, parts[2:]
+	default:
+		return collection{}, false
+	}
+	for _, s := range append([]string{gv.Version}, rest...) {
+		if !validSegment(s) {
+			return collection{}, false
+		}
+	}
+	switch len(rest) {
+	case 1:
+		return collection{GVR: gv.WithResource(rest[0])}, true
+	case 3:
+		if rest[0] != "namespaces" {
+			return collection{}, false
+		}
+		return collection{GVR: gv.WithResource(rest[2]), Namespace: rest[1]}, true
+	}
+	return collection{}, false
+}
+
+// validSegment rejects empty segments and names the apiserver would refuse in
+// a path, so that such requests reach the apiserver for its own answer.
+func validSegment(s string) bool {
+	return s != "" && len(s) <= 253 && len(content.IsPathSegmentName(s)) == 0
+}

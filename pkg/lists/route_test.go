@@ -1,0 +1,154 @@
+package lists
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+func TestParseCollection(t *testing.T) {
+	tests := []struct {
+		name   string
+		target string
+		want   collection
+		wantOK bool
+	}{
+		{name: "core_cluster_wide", target: "/api/v1/pods", want: collection{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}}, wantOK: true},
+		{name: "core_namespaced", target: "/api/v1/namespaces/ns1/pods", want: collection{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: "ns1"}, wantOK: true},
+		{name: "namespaces_collection", target: "/api/v1/namespaces", want: collection{GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}}, wantOK: true},
+		{name: "group", target: "/apis/apps/v1/deployments", want: collection{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}}, wantOK: true},
+		{name: "group_namespaced", target: "/apis/demo.listproxy.io/v1/namespaces/a/widgets?limit=5", want: collection{GVR: schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "widgets"}, Namespace: "a"}, wantOK: true},
+		{name: "named_object", target: "/api/v1/namespaces/ns1"},
+		{name: "named_pod", target: "/api/v1/namespaces/ns1/pods/p1"},
+		{name: "subresource", target: "/api/v1/namespaces/ns1/pods/p1/log"},
+		{name: "trailing_slash", target: "/api/v1/pods/"},
+		{name: "double_slash", target: "/api/v1//pods"},
+		{name: "other_core_version", target: "/api/v2/pods"},
+		{name: "group_without_resource", target: "/apis/apps/v1"},
+		{name: "not_namespaces", target: "/api/v1/nodes/n1/pods"},
+		{name: "dot_dot", target: "/api/v1/namespaces/../pods"},
+		{name: "escaped", target: "/api/v1/namespaces/a%2Fb/pods"},
+		{name: "percent_name", target: "/api/v1/namespaces/a%25b/pods"},
+		{name: "root", target: "/"},
+		{name: "discovery", target: "/api"},
+		{name: "version", target: "/version"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := parseCollection(httptest.NewRequest(http.MethodGet, tc.target, nil))
+			if ok != tc.wantOK {
+				t.Fatalf("parseCollection(%q) ok = %v, want %v", tc.target, ok, tc.wantOK)
+			}
+			if diff := cmp.Diff(tc.want, got); ok && diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func FuzzParseCollection(f *testing.F) {
+	for _, s := range []string{"/api/v1/pods", "/apis/apps/v1/namespaces/x/deployments", "/api/v1/namespaces/%2e%2e/pods", "/apis//v1/x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		r, err := http.NewRequest(http.MethodGet, "http://h"+path, nil)
+		if err != nil {
+			return
+		}
+		col, ok := parseCollection(r)
+		if !ok {
+			return
+		}
+		// Whatever is accepted must rebuild to the same path.
+		want := collectionPath(col.GVR)
+		if col.Namespace != "" {
+			want = collectionPath(col.GVR.GroupVersion().WithResource("namespaces")) + "/" + col.Namespace + "/" + col.GVR.Resource
+		}
+		if r.URL.Path != want {
+			t.Errorf("parseCollection(%q) = %+v, which is path %q", r.URL.Path, col, want)
+		}
+	})
+}
+
+func TestParseListQuery(t *testing.T) {
+	tests := []struct {
+		query  string
+		want   listQuery
+		wantOK bool
+	}{
+		{query: "", wantOK: true},
+		{query: "limit=500&resourceVersion=0", want: listQuery{limit: 500, resourceVersion: "0"}, wantOK: true},
+		{query: "labelSelector=app%3Da&fieldSelector=spec.nodeName%3Dn1&continue=x&resourceVersionMatch=Exact", want: listQuery{labelSelector: "app=a", fieldSelector: "spec.nodeName=n1", continueToken: "x", resourceVersionMatch: "Exact"}, wantOK: true},
+		{query: "watch=false&timeoutSeconds=30", wantOK: true},
+		{query: "watch=true"},
+		{query: "watch=1"},
+		{query: "limit=abc"},
+		{query: "limit=-1"},
+		{query: "limit=1&limit=2"},
+		{query: "pretty=true"},
+		{query: "allowWatchBookmarks=true"},
+		{query: "sendInitialEvents=true"},
+		{query: "unknown=1"},
+		{query: "%zz"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.query, func(t *testing.T) {
+			got, ok := parseListQuery(tc.query)
+			if ok != tc.wantOK {
+				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(listQuery{})); ok && diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNegotiateFormat(t *testing.T) {
+	const (
+		metaJSON  = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+		metaProto = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+	)
+	tests := []struct {
+		name   string
+		accept string
+		ua     string
+		custom bool
+		want   wire.Format
+		wantOK bool
+	}{
+		{name: "none_is_json", accept: "", want: wire.JSON, wantOK: true},
+		{name: "json", accept: "application/json", want: wire.JSON, wantOK: true},
+		{name: "any", accept: "*/*", want: wire.JSON, wantOK: true},
+		{name: "client_go_protobuf", accept: "application/vnd.kubernetes.protobuf, application/json", want: wire.Protobuf, wantOK: true},
+		{name: "protobuf_for_custom_falls_to_json", accept: "application/vnd.kubernetes.protobuf, application/json", custom: true, want: wire.JSON, wantOK: true},
+		{name: "metadata_informer", accept: metaProto + "," + metaJSON + ",application/json", want: wire.MetaProtobuf, wantOK: true},
+		{name: "metadata_json", accept: metaJSON, want: wire.MetaJSON, wantOK: true},
+		{name: "metadata_protobuf_for_custom", accept: metaProto, custom: true, want: wire.MetaProtobuf, wantOK: true},
+		{name: "kubectl_table", accept: "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"},
+		{name: "metadata_v1beta1", accept: "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1beta1"},
+		{name: "yaml", accept: "application/yaml"},
+		{name: "cbor_then_json", accept: "application/cbor, application/json", want: wire.JSON, wantOK: true},
+		{name: "html", accept: "text/html"},
+		{name: "curl_pretty", accept: "application/json", ua: "curl/8.0", wantOK: false},
+		{name: "curl_protobuf_not_pretty", accept: "application/vnd.kubernetes.protobuf", ua: "curl/8.0", want: wire.Protobuf, wantOK: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodGet, "/api/v1/pods", nil)
+			if tc.accept != "" {
+				r.Header.Set("Accept", tc.accept)
+			}
+			r.Header.Set("User-Agent", tc.ua)
+			got, ok := negotiateFormat(r, tc.custom)
+			if ok != tc.wantOK || (ok && got != tc.want) {
+				t.Errorf("negotiateFormat(%q) = %v, %v; want %v, %v", tc.accept, got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}

@@ -1,0 +1,108 @@
+// Package imports holds the test that keeps listproxy's import graph
+// pointing down (docs/design.md "Layout"). It imports nothing of ours.
+package imports
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/listproxy/listproxy/"
+
+// allowed lists, for every package of ours, the packages of ours it may
+// import directly (in its code or its tests). A package missing from the
+// table fails the test: a new package states its place here.
+var allowed = map[string][]string{
+	"cmd/listproxy":     {"cmd/listproxy/app"},
+	"cmd/listproxy/app": {"pkg/auth", "pkg/consistency", "pkg/freshness", "pkg/lists", "pkg/paging", "pkg/proxy", "pkg/snapshot", "pkg/wire"},
+
+	"pkg/proxy":       {"pkg/auth", "pkg/httpapi"},
+	"pkg/lists":       {"pkg/consistency", "pkg/freshness", "pkg/paging", "pkg/snapshot", "pkg/wire", "pkg/gzstitch", "pkg/httpapi"},
+	"pkg/auth":        {"pkg/httpapi"},
+	"pkg/consistency": {"pkg/snapshot", "pkg/wire", "pkg/httpapi"},
+	"pkg/freshness":   {"pkg/snapshot", "test/framework/freeport"},
+	"pkg/paging":      {},
+	"pkg/snapshot":    {"pkg/gzstitch"},
+	"pkg/wire":        {},
+	"pkg/gzstitch":    {},
+	"pkg/httpapi":     {},
+
+	// Tests and tools run listproxy in process and may read any package.
+	"test/framework":          {"cmd/listproxy/app", "pkg/*", "test/framework/freeport"},
+	"test/framework/freeport": {},
+	"test/e2e":                {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport"},
+	"test/chart":              {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport"},
+	"test/imports":            {},
+	"hack/bench":              {"pkg/*", "test/framework", "test/framework/freeport"},
+	"hack/localup":            {"pkg/*", "test/framework", "test/framework/freeport"},
+}
+
+// TestImportGraph fails on any import of ours that the table does not allow:
+// an import pointing up (snapshot, wire, freshness or paging reaching above
+// themselves; lists, auth or consistency importing the edge), or anything
+// outside tests and tools importing cmd.
+func TestImportGraph(t *testing.T) {
+	graph := goList(t)
+	if len(graph) == 0 {
+		t.Fatal("go list found no packages")
+	}
+	for pkg, imports := range graph {
+		allow, ok := allowed[pkg]
+		if !ok {
+			t.Errorf("package %s is not in the import table: add it with the packages it may import", pkg)
+			continue
+		}
+		for _, imp := range imports {
+			if imp == pkg || permits(allow, imp) {
+				continue
+			}
+			t.Errorf("%s imports %s, which the import table does not allow (imports point down: docs/design.md \"Layout\")", pkg, imp)
+		}
+	}
+}
+
+func permits(allow []string, imp string) bool {
+	return slices.ContainsFunc(allow, func(a string) bool {
+		if prefix, ok := strings.CutSuffix(a, "*"); ok {
+			return strings.HasPrefix(imp, prefix)
+		}
+		return a == imp
+	})
+}
+
+// goList returns each package of the module with the packages of ours its
+// code and tests import, relative to the module path.
+func goList(t *testing.T) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}{{range .TestImports}} {{.}}{{end}}{{range .XTestImports}} {{.}}{{end}}`, module+"...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	graph := map[string][]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		pkg := strings.TrimPrefix(fields[0], module)
+		ours := []string{}
+		for _, imp := range fields[1:] {
+			if rel, ok := strings.CutPrefix(imp, module); ok && !slices.Contains(ours, rel) {
+				ours = append(ours, rel)
+			}
+		}
+		graph[pkg] = ours
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return graph
+}
