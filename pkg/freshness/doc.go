@@ -21,7 +21,8 @@
 // against a snapshot) and knows where kube-apiserver stores each resource
 // (DefaultPrefix).
 //
-// It owns the etcd side of freshness; it may
+// It owns the etcd side of freshness and, per store, the Prover whose one
+// prove-and-wait serves consistent, exact and not-older-than reads; it may
 // import pkg/snapshot and must not import pkg/lists, pkg/proxy, pkg/auth,
 // pkg/consistency or pkg/paging.
 package freshness

@@ -114,20 +114,3 @@ func TestCheckLagWithoutWatch(t *testing.T) {
 		t.Error("lag check started for a feeder with no open watch")
 	}
 }
-
-// Without etcd, a NotOlderThan read ahead of the store waits for the store,
-// and on timeout passes through (nil snapshot, nil status); it must never
-// ask etcd (a nil Checker).
-func TestNotOlderThanWithoutEtcd(t *testing.T) {
-	store := snapshot.NewStore(snapshot.StoreConfig{})
-	store.Replace(nil, 10)
-	l := &Lists{cfg: ListsConfig{NotOlderThanWait: 10 * time.Millisecond}}
-	entry := &storeEntry{store: store, info: &resourceInfo{GVR: podsGVR}, ctx: context.Background()}
-
-	if snap, rv, status := l.notOlderThan(context.Background(), entry, 10); snap == nil || rv != 10 || status != nil {
-		t.Errorf("notOlderThan(10) = %v, %d, %v; want the snapshot at 10", snap, rv, status)
-	}
-	if snap, _, status := l.notOlderThan(context.Background(), entry, 20); snap != nil || status != nil {
-		t.Errorf("notOlderThan(20) = %v, %v; want pass-through (nil, nil)", snap, status)
-	}
-}

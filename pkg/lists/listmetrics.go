@@ -41,15 +41,15 @@ func NewListMetrics(reg prometheus.Registerer) (*ListMetrics, error) {
 	return m, nil
 }
 
-func (m *ListMetrics) passThrough(resource, reason string) {
+func (m *ListMetrics) passThrough(resource string, reason Reason) {
 	if m != nil {
-		m.decisions.WithLabelValues(resource, httpapi.SourceAPIServer, reason).Inc()
+		m.decisions.WithLabelValues(resource, httpapi.SourceAPIServer, string(reason)).Inc()
 	}
 }
 
-func (m *ListMetrics) served(resource, reason string, d time.Duration) {
+func (m *ListMetrics) served(resource string, reason Reason, d time.Duration) {
 	if m != nil {
-		m.decisions.WithLabelValues(resource, httpapi.SourceSnapshot, reason).Inc()
+		m.decisions.WithLabelValues(resource, httpapi.SourceSnapshot, string(reason)).Inc()
 		m.duration.WithLabelValues(resource).Observe(d.Seconds())
 	}
 }

@@ -2,7 +2,6 @@ package lists
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -91,7 +89,7 @@ type ListsConfig struct {
 	ConsistentReadTimeout time.Duration
 	FallbackReject        bool
 	// FreshnessMetrics counts consistent-read outcomes; nil records nothing.
-	FreshnessMetrics *FreshnessMetrics
+	FreshnessMetrics *freshness.ReadMetrics
 	// WatchStallTimeout abandons a store's watch that delivered no event or
 	// bookmark for this long (snapshot.FeederConfig.StallTimeout; 0 selects
 	// snapshot.DefaultStallTimeout).
@@ -140,12 +138,9 @@ type storeEntry struct {
 	// lagCheck is true while a check that the store catches up runs (lag.go).
 	lagCheck atomic.Bool
 
-	// freshMu guards fresh and freshTried. fresh proves consistent reads
-	// for this store; it is started on the first consistent read after the
-	// store synced, and retried a while after a transient failure.
-	freshMu    sync.Mutex
-	fresh      *freshTracker
-	freshTried time.Time
+	// prover proves what the store must hold for consistent, exact and
+	// not-older-than reads with etcd.
+	prover *freshness.Prover
 }
 
 // NewLists builds the snapshot server; Run must be called before it serves.
@@ -301,6 +296,20 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 	})
 	go feeder.Run(ctx)
 	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel, feeder: feeder}
+	prefix := ""
+	if l.cfg.Freshness != nil {
+		prefix = l.cfg.EtcdPrefix(info.GVR.GroupResource(), info.Custom)
+	}
+	entry := e
+	e.prover = freshness.NewProver(ctx, freshness.ProverConfig{
+		Checker:  l.cfg.Freshness,
+		Store:    store,
+		Resource: info.GVR.GroupResource().String(),
+		Prefix:   prefix,
+		Timeout:  l.cfg.ConsistentReadTimeout,
+		Metrics:  l.cfg.FreshnessMetrics,
+		Behind:   func(rv uint64, proven time.Time) { l.checkLag(entry, rv, proven) },
+	})
 	e.lastUsed.Store(time.Now().UnixNano())
 	l.stores[key] = e
 	klog.InfoS("Started snapshot store", "resource", info.GVR.String(), "format", format.String())
@@ -326,36 +335,36 @@ type listRequest struct {
 }
 
 // parse decides whether r is a cacheable LIST and parses it.
-func (l *Lists) parse(r *http.Request) (listRequest, string, bool) {
+func (l *Lists) parse(r *http.Request) (listRequest, Reason, bool) {
 	if r.Method != http.MethodGet {
-		return listRequest{}, "method", false
+		return listRequest{}, ReasonMethod, false
 	}
 	col, ok := parseCollection(r)
 	if !ok {
-		return listRequest{}, "path", false
+		return listRequest{}, ReasonPath, false
 	}
 	info, ok := l.registry.lookup(col.GVR)
 	if !ok {
-		return listRequest{}, "resource", false
+		return listRequest{}, ReasonResource, false
 	}
 	if col.Namespace != "" && !info.Namespaced {
-		return listRequest{}, "path", false
+		return listRequest{}, ReasonPath, false
 	}
 	q, ok := parseListQuery(r.URL.RawQuery)
 	if !ok {
-		return listRequest{}, "query", false
+		return listRequest{}, ReasonQuery, false
 	}
 	format, ok := negotiateFormat(r, info.Custom)
 	if !ok {
-		return listRequest{}, "media_type", false
+		return listRequest{}, ReasonMediaType, false
 	}
 	labelSel, err := labels.Parse(q.labelSelector)
 	if err != nil {
-		return listRequest{}, "selector", false
+		return listRequest{}, ReasonSelector, false
 	}
 	fieldSel, err := fields.ParseSelector(q.fieldSelector)
 	if err != nil || !info.Fields.accepts(fieldSel, format.IsMeta()) {
-		return listRequest{}, "selector", false
+		return listRequest{}, ReasonSelector, false
 	}
 	return listRequest{
 		col: col, info: info, format: format, query: q,
@@ -394,115 +403,31 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// serve returns whether it wrote a response, and a reason for metrics.
-func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (bool, string) {
-	q := req.query
-	var token paging.Token
-	var openErr error
-	ours := paging.IsListproxyToken(q.continueToken)
-	digest := selectorDigest(q.labelSelector, q.fieldSelector)
-	if ours {
-		token, openErr = l.cfg.Keys.Open(q.continueToken)
-		if openErr == nil {
-			openErr = token.Matches(req.info.GVR.Group, req.info.GVR.Resource, req.col.Namespace, digest)
-		}
-	}
-	d := paging.Decide(paging.Request{
-		ResourceVersion:      q.resourceVersion,
-		ResourceVersionMatch: q.resourceVersionMatch,
-		Limit:                q.limit,
-		Continue:             q.continueToken,
-		ContinueIsOurs:       ours,
-		ContinueErr:          openErr,
-	})
-	switch d.Action {
-	case paging.PassThrough:
-		return false, d.Reason
-	case paging.ServeConsistent:
-		if l.cfg.Freshness == nil {
-			return false, "no_etcd"
-		}
-	case paging.Reject:
-		if ours && openErr != nil {
-			l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueInvalid)
-		}
-		var status *apierrors.StatusError
-		if !errors.As(d.Err, &status) {
-			status = apierrors.NewInternalError(d.Err)
-		}
+// serve resolves a parsed LIST and, unless it passes through, writes its
+// answer. It returns whether it wrote one, and the reason for metrics.
+func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (bool, Reason) {
+	v := l.resolve(r.Context(), req)
+	switch v.outcome {
+	case outcomePass:
+		return false, v.reason
+	case outcomeReject:
 		w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
-		httpapi.WriteStatus(w, status)
-		return true, d.Reason
+		httpapi.WriteStatus(w, v.status)
+		return true, v.reason
 	}
+	return l.respond(w, r, req, v)
+}
 
-	entry, ok := l.storeFor(req.info, req.format)
-	if !ok || !entry.store.Synced() {
-		return false, "not_synced"
-	}
-	store := entry.store
-
-	var snap *snapshot.Snapshot
-	var rv uint64
-	var err error
-	switch d.Action {
-	case paging.ServeConsistent:
-		var reason string
-		snap, rv, reason = l.consistent(r.Context(), entry)
-		if snap == nil {
-			if l.cfg.FallbackReject && reason != "prefix_unverified" {
-				w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
-				httpapi.WriteStatus(w, apierrors.NewTooManyRequests("listproxy could not prove the freshness of its snapshot in time; retry", 1))
-				return true, reason
-			}
-			return false, reason
-		}
-	case paging.ServeLatest:
-		snap, rv, err = store.Latest()
-	case paging.ServeNotOlderThan:
-		var status *apierrors.StatusError
-		snap, rv, status = l.notOlderThan(r.Context(), entry, d.RV)
-		if status != nil {
-			w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
-			httpapi.WriteStatus(w, status)
-			return true, "resource_version_too_large"
-		}
-		if snap == nil {
-			return false, "not_older_than_timeout"
-		}
-	case paging.ServeExact:
-		rv = d.RV
-		snap, err = store.At(rv)
-	case paging.ServeContinue:
-		rv = token.RV
-		snap, err = store.At(rv)
-		if errors.Is(err, snapshot.ErrNotRetained) && rv > store.Progress() {
-			// Another replica issued the token at a revision this one has not
-			// seen: the state there is the state at the last change before it.
-			snap, err = l.atProven(r.Context(), entry, rv)
-		}
-		if errors.Is(err, snapshot.ErrNotRetained) && l.compacted(r.Context(), rv) {
-			// etcd no longer has this revision: the apiserver's 410, with a
-			// token that continues from the same key at the latest RV.
-			l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueExpired)
-			next := paging.NativeContinueLatest(paging.RelativeKey(req.col.Namespace, token.StartKey))
-			w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
-			httpapi.WriteStatus(w, paging.ExpiredContinueError(next))
-			return true, "continue_expired"
-		}
-		if errors.Is(err, snapshot.ErrNotRetained) {
-			// The rest of the list is handed to the apiserver at the same RV.
-			return false, "continue_not_retained"
-		}
-	}
-	if err != nil {
-		return false, "snapshot_unavailable"
-	}
-
+// respond writes a resolved read from its snapshot: admission (in-flight
+// limits), the page, the next continue token, and the stored bytes,
+// gzipped when the client accepts it.
+func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest, v verdict) (bool, Reason) {
+	d, token, snap, rv, entry := v.decision, v.token, v.snap, v.rv, v.entry
 	page, total, slot, status := l.admit(r.Context(), l.estimateWeight(req, d, token, snap), func() (snapshot.Page, int64) { return l.page(req, d, token, snap) })
 	if status != nil {
 		w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
 		httpapi.WriteStatus(w, status)
-		return true, "too_many_requests"
+		return true, ReasonTooManyRequests
 	}
 	defer slot.release()
 	meta := wire.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}
@@ -510,14 +435,15 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 		returned := token.Returned + int64(len(page.Items))
 		next := paging.Token{
 			Group: req.info.GVR.Group, Resource: req.info.GVR.Resource, Namespace: req.col.Namespace,
-			RV: rv, StartKey: page.LastKey, SelectorDigest: digest,
+			RV: rv, StartKey: page.LastKey, SelectorDigest: v.digest,
 			Returned: returned, Total: total, IssuedAt: time.Now(),
 		}
+		var err error
 		meta.Continue, err = l.cfg.Keys.Seal(next)
 		if err != nil {
-			return false, "seal_failed"
+			return false, ReasonSealFailed
 		}
-		store.Pin(rv, snap)
+		entry.store.Pin(rv, snap)
 		meta.RemainingItemCount = paging.RemainingItemCount(total, token.Returned, int64(len(page.Items)), true, req.selectors)
 	}
 	if d.Action == paging.ServeContinue {
@@ -525,14 +451,14 @@ func (l *Lists) serve(w http.ResponseWriter, r *http.Request, req listRequest) (
 	}
 	env := entry.source.envelope.Load()
 	if env == nil {
-		return false, "not_synced"
+		return false, ReasonNotSynced
 	}
 	if (d.Action == paging.ServeLatest || d.Action == paging.ServeNotOlderThan) && entry.feeder != nil && !entry.feeder.Watching() {
 		// Latest data, but the store is not following the apiserver now.
 		l.cfg.Metrics.servedStale(req.info.GVR.GroupResource().String())
 	}
 	l.write(slot.writer(w), r, req.format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, !req.selectors)
-	return true, d.Reason
+	return true, v.reason
 }
 
 // handOff makes sure the apiserver never sees a listproxy continue token

@@ -1,6 +1,10 @@
 package paging
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // ContinueOutcome is what became of a request carrying our continue token.
 type ContinueOutcome string
@@ -24,8 +28,8 @@ type Metrics struct {
 }
 
 // NewMetrics creates the paging metrics and registers them with reg (nil
-// reg: unregistered). It panics if they are already registered with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// reg: unregistered). A nil *Metrics records nothing.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		continueTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "listproxy",
@@ -39,9 +43,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.continueTokens.WithLabelValues(string(o))
 	}
 	if reg != nil {
-		reg.MustRegister(m.continueTokens)
+		if err := reg.Register(m.continueTokens); err != nil {
+			return nil, fmt.Errorf("register paging metrics: %w", err)
+		}
 	}
-	return m
+	return m, nil
 }
 
 // ObserveContinue counts one request with our continue token. A nil

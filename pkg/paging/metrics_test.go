@@ -25,7 +25,10 @@ func TestMetrics(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
-			m := NewMetrics(reg)
+			m, err := NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, o := range tc.observed {
 				m.ObserveContinue(o)
 			}
@@ -45,5 +48,22 @@ func TestMetrics(t *testing.T) {
 func TestMetricsNil(t *testing.T) {
 	var m *Metrics
 	m.ObserveContinue(ContinueServed) // must not panic
-	NewMetrics(nil).ObserveContinue(ContinueServed)
+	unregistered, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unregistered.ObserveContinue(ContinueServed)
+	if _, err := NewMetrics(prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMetricsRegisteredTwice(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	if _, err := NewMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewMetrics(reg); err == nil {
+		t.Error("second NewMetrics on one registry succeeded, want an error")
+	}
 }

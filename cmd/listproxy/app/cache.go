@@ -235,7 +235,11 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 	if err != nil {
 		return nil, err
 	}
-	freshMetrics, err := lists.NewFreshnessMetrics(reg)
+	continueMetrics, err := paging.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	freshMetrics, err := freshness.NewReadMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +261,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 		DiscoveryInterval:     o.DiscoveryInterval,
 		Metrics:               listMetrics,
 		StoreMetrics:          storeMetrics,
-		ContinueMetrics:       paging.NewMetrics(reg),
+		ContinueMetrics:       continueMetrics,
 		EtcdPrefix:            o.etcdPrefix,
 		ConsistentReadTimeout: o.ConsistentReadTimeout,
 		FallbackReject:        o.ConsistentReadFallback == "reject",

@@ -1,0 +1,311 @@
+package freshness
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+
+	"github.com/listproxy/listproxy/pkg/snapshot"
+)
+
+// Outcome is how proving a consistent read ended: the "outcome" label of
+// listproxy_freshness_consistent_reads_total.
+type Outcome string
+
+// Outcomes of Prover.Consistent.
+const (
+	Served Outcome = "served"
+	// ProbeFailed: etcd's current revision could not be read, or the
+	// resource's prefix could not be verified (yet).
+	ProbeFailed Outcome = "probe_failed"
+	// ProgressTimeout: etcd did not report progress up to the revision in
+	// time.
+	ProgressTimeout Outcome = "progress_timeout"
+	// SnapshotTimeout: the store did not reach the proven change in time.
+	SnapshotTimeout Outcome = "snapshot_timeout"
+	// PrefixUnverified: the resource's etcd prefix disagreed with the
+	// snapshot; its consistent reads pass through.
+	PrefixUnverified Outcome = "prefix_unverified"
+)
+
+// DefaultProofTimeout bounds one proof when ProverConfig.Timeout is 0: the
+// apiserver's watch cache waits as long for a consistent read.
+const DefaultProofTimeout = 3 * time.Second
+
+// prefixRetryInterval spaces attempts to verify a store's etcd prefix after
+// a transient failure. Not measured.
+const prefixRetryInterval = 5 * time.Second
+
+// ProverConfig configures one store's Prover.
+type ProverConfig struct {
+	// Checker reads etcd; nil: nothing can be proven (managed clusters
+	// without etcd access).
+	Checker *Checker
+	// Store is the apiserver-fed store whose freshness is proven.
+	Store *snapshot.Store
+	// Resource names the store's resource in logs and metrics.
+	Resource string
+	// Prefix is the resource's etcd key prefix (with a trailing "/").
+	Prefix string
+	// Timeout bounds one proof, including a first verification of the
+	// prefix; 0 selects DefaultProofTimeout.
+	Timeout time.Duration
+	// Metrics counts consistent-read outcomes; nil records nothing.
+	Metrics *ReadMetrics
+	// Behind, if set, is called when the store did not reach in time a
+	// revision etcd proved it must hold, with that revision and when it was
+	// proven (the caller may restart a lagging watch).
+	Behind func(rv uint64, proven time.Time)
+}
+
+// Prover proves, with etcd, what one store must hold to answer a read as the
+// apiserver would, and waits until it does (docs/design.md "Freshness"). It
+// is shared by every read of the store; create it with NewProver.
+type Prover struct {
+	cfg ProverConfig
+	ctx context.Context // ends the tracker
+
+	mu      sync.Mutex // guards tracker and tried
+	tracker *Tracker   // nil until the prefix was verified
+	wrong   bool       // the prefix disagreed with the snapshot
+	tried   time.Time  // last attempt to verify the prefix
+}
+
+// NewProver returns the prover of cfg.Store. Its etcd tracker, started on
+// first use, stops when ctx is done.
+func NewProver(ctx context.Context, cfg ProverConfig) *Prover {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultProofTimeout
+	}
+	return &Prover{cfg: cfg, ctx: ctx}
+}
+
+// Consistent proves a consistent read (resourceVersion unset): probe etcd's
+// current revision E, learn the last change L ≤ E under the resource's
+// prefix, wait for the store to hold L, and serve at max(snapshot RV, E). A
+// nil snapshot means freshness was not proven; the Outcome says why.
+func (p *Prover) Consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Outcome) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	snap, rv, outcome := p.consistent(ctx)
+	p.cfg.Metrics.observe(p.cfg.Resource, outcome, time.Since(start))
+	return snap, rv, outcome
+}
+
+func (p *Prover) consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Outcome) {
+	t, wrong := p.verifiedTracker(ctx)
+	switch {
+	case wrong:
+		return nil, 0, PrefixUnverified
+	case t == nil:
+		// etcd could not be read to verify the prefix (yet): a failed probe.
+		return nil, 0, ProbeFailed
+	}
+	etcdRev, err := p.cfg.Checker.CurrentRevision(ctx)
+	if err != nil {
+		return nil, 0, ProbeFailed
+	}
+	snap, rv, _, err := p.proveAndWait(ctx, t, etcdRev)
+	switch {
+	case errors.Is(err, errNoProgress):
+		return nil, 0, ProgressTimeout
+	case err != nil:
+		return nil, 0, SnapshotTimeout
+	}
+	return snap, max(rv, uint64(etcdRev)), Served
+}
+
+// At returns the state at rv for a store that has not yet seen rv (a
+// continue token another replica issued): etcd says which change of the
+// resource was the last at or before rv, and once the store holds it, the
+// snapshot at that change is the state at rv. It fails with
+// snapshot.ErrNotRetained when that cannot be proven in time.
+func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) {
+	if p.cfg.Checker == nil {
+		return nil, snapshot.ErrNotRetained
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	t, _ := p.verifiedTracker(ctx)
+	if t == nil {
+		return nil, snapshot.ErrNotRetained
+	}
+	_, _, last, err := p.proveAndWait(ctx, t, int64(rv))
+	if err != nil {
+		return nil, snapshot.ErrNotRetained
+	}
+	return p.cfg.Store.At(last)
+}
+
+// TooLargeError reports that etcd itself had not reached a requested
+// resourceVersion in time: the apiserver's 504 "Too large resource version".
+type TooLargeError struct {
+	RV, Current uint64
+}
+
+func (e *TooLargeError) Error() string {
+	return "resource version too large"
+}
+
+// NotOlderThan returns a snapshot at resourceVersion ≥ minRV, waiting at
+// most wait. A store already there answers at once. Otherwise, with etcd,
+// the last change of the resource at or before minRV is all the store must
+// hold (the read is then served at minRV); when etcd itself has not reached
+// minRV in time, it returns a *TooLargeError. Without etcd the store waits
+// for minRV. A nil snapshot and nil error mean the read must pass through so
+// that the apiserver decides.
+func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Duration) (*snapshot.Snapshot, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if snap, rv, err := p.cfg.Store.Latest(); err == nil && rv >= minRV {
+		return snap, rv, nil
+	}
+	t, _ := p.verifiedTracker(ctx)
+	if t == nil {
+		snap, rv, err := p.cfg.Store.WaitFor(ctx, minRV)
+		if err != nil {
+			return nil, 0, nil
+		}
+		return snap, rv, nil
+	}
+	snap, rv, _, err := p.proveAndWait(ctx, t, int64(minRV))
+	switch {
+	case errors.Is(err, errNoProgress):
+		if ctx.Err() == nil {
+			return nil, 0, nil // etcd trouble: let the apiserver answer
+		}
+		probeCtx, cancelProbe := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancelProbe()
+		current, err := p.cfg.Checker.CurrentRevision(probeCtx)
+		if err != nil || uint64(current) >= minRV {
+			return nil, 0, nil
+		}
+		return nil, 0, &TooLargeError{RV: minRV, Current: uint64(current)}
+	case err != nil:
+		return nil, 0, nil
+	}
+	return snap, max(rv, minRV), nil
+}
+
+var (
+	// errNoProgress: etcd did not tell the last change at or before the
+	// revision in time.
+	errNoProgress = errors.New("etcd progress not reported in time")
+	// errStoreBehind: the store did not reach the proven change in time.
+	errStoreBehind = errors.New("store behind a proven revision")
+)
+
+// proveAndWait is the one prove-and-wait every read uses: learn from etcd
+// the last change L of the resource at or before rev (a revision etcd has
+// reached or must reach), then wait until the store holds L. It returns the
+// store's latest snapshot, its resourceVersion, and L. A store that does not
+// reach L in time is reported to Behind.
+func (p *Prover) proveAndWait(ctx context.Context, t *Tracker, rev int64) (*snapshot.Snapshot, uint64, uint64, error) {
+	l, err := t.LastChangeAtOrBefore(ctx, rev)
+	if err != nil {
+		return nil, 0, 0, errNoProgress
+	}
+	last := uint64(l)
+	proven := time.Now()
+	snap, rv, err := p.cfg.Store.WaitFor(ctx, last)
+	if err != nil {
+		if p.cfg.Behind != nil {
+			p.cfg.Behind(last, proven)
+		}
+		return nil, 0, 0, errStoreBehind
+	}
+	return snap, rv, last, nil
+}
+
+// verifiedTracker starts the store's tracker on first use and verifies its
+// prefix: the number of keys under it at the snapshot's resourceVersion must
+// equal the snapshot's object count, else the prefix is wrong and reads of
+// the resource cannot be proven (wrong is then true). It returns nil while
+// the prefix could not be verified (no etcd, etcd unreachable within ctx, or
+// the snapshot's revision compacted). Callers bound ctx: other callers wait
+// on mu meanwhile.
+func (p *Prover) verifiedTracker(ctx context.Context) (t *Tracker, wrong bool) {
+	if p.cfg.Checker == nil {
+		return nil, false // no etcd: nothing can be proven
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tracker != nil || p.wrong || time.Since(p.tried) < prefixRetryInterval {
+		return p.tracker, p.wrong
+	}
+	p.tried = time.Now()
+	snap, rv, err := p.cfg.Store.Latest()
+	if err != nil {
+		return nil, false
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	count, err := p.cfg.Checker.Count(cctx, p.cfg.Prefix, int64(rv))
+	switch {
+	case err != nil:
+		// Transient, or the snapshot's revision is already compacted: try
+		// again later with a newer snapshot.
+		klog.InfoS("Cannot verify etcd prefix yet", "resource", p.cfg.Resource, "prefix", p.cfg.Prefix, "revision", rv, "err", err)
+		return nil, false
+	case count != int64(snap.Len()):
+		klog.ErrorS(nil, "etcd prefix does not match the resource; its consistent reads pass through (see --etcd-resource-prefix)",
+			"resource", p.cfg.Resource, "prefix", p.cfg.Prefix, "etcdKeys", count, "snapshotObjects", snap.Len())
+		p.cfg.Metrics.prefixMismatch(p.cfg.Resource)
+		p.wrong = true
+		return nil, true
+	}
+	p.tracker = p.cfg.Checker.Track(p.cfg.Prefix, int64(rv))
+	context.AfterFunc(p.ctx, p.tracker.Stop)
+	return p.tracker, false
+}
+
+// ReadMetrics count consistent reads by outcome.
+type ReadMetrics struct {
+	outcomes         *prometheus.CounterVec
+	wait             *prometheus.HistogramVec
+	prefixMismatches *prometheus.CounterVec
+}
+
+// NewReadMetrics registers the consistent-read metrics with reg. A nil
+// *ReadMetrics records nothing.
+func NewReadMetrics(reg prometheus.Registerer) (*ReadMetrics, error) {
+	m := &ReadMetrics{
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "listproxy", Subsystem: "freshness", Name: "consistent_reads_total",
+			Help: "Consistent LISTs by resource and outcome (served, or why freshness was not proven: probe_failed, progress_timeout, snapshot_timeout, prefix_unverified).",
+		}, []string{"resource", "outcome"}),
+		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "listproxy", Subsystem: "freshness", Name: "wait_duration_seconds",
+			Help:    "Time spent proving freshness for a consistent LIST, by outcome.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2, 3, 5},
+		}, []string{"outcome"}),
+		prefixMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "listproxy", Subsystem: "freshness", Name: "prefix_mismatches_total",
+			Help: "Resources whose etcd key prefix did not match the snapshot; their consistent reads pass through.",
+		}, []string{"resource"}),
+	}
+	for _, c := range []prometheus.Collector{m.outcomes, m.wait, m.prefixMismatches} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *ReadMetrics) observe(resource string, outcome Outcome, d time.Duration) {
+	if m != nil {
+		m.outcomes.WithLabelValues(resource, string(outcome)).Inc()
+		m.wait.WithLabelValues(string(outcome)).Observe(d.Seconds())
+	}
+}
+
+func (m *ReadMetrics) prefixMismatch(resource string) {
+	if m != nil {
+		m.prefixMismatches.WithLabelValues(resource).Inc()
+	}
+}
