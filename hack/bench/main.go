@@ -31,7 +31,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -41,6 +40,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/listproxy/listproxy/test/framework"
 )
 
 // config is the benchmark's parameters.
@@ -158,7 +159,7 @@ func run(ctx context.Context, cfg config) error {
 	}
 	cfg.out = out
 	if cfg.listproxyBin == "" {
-		root, err := repoRoot()
+		root, err := framework.RepoRoot()
 		if err != nil {
 			return err
 		}
@@ -211,24 +212,6 @@ func run(ctx context.Context, cfg config) error {
 		<-ctx.Done()
 	}
 	return nil
-}
-
-// repoRoot is the nearest parent of the working directory with a go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }
 
 func envString(name, def string) string {

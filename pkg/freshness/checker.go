@@ -115,14 +115,19 @@ func New(cfg Config) (*Checker, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("freshness: Config.Client is required")
 	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	c := newChecker(cfg)
+	c.metrics = m
 	c.probe = c.probeEtcd
 	c.requestProgress = c.requestProgressEtcd
 	return c, nil
 }
 
-// newChecker applies cfg's defaults; probe and requestProgress are left for
-// the caller to set.
+// newChecker applies cfg's defaults, with unregistered metrics; probe and
+// requestProgress are left for the caller to set.
 func newChecker(cfg Config) *Checker {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = DefaultProgressInterval
@@ -142,7 +147,7 @@ func newChecker(cfg Config) *Checker {
 		progressInterval:       cfg.ProgressInterval,
 		compactionPollInterval: cfg.CompactionPollInterval,
 		probeKey:               cfg.ProbeKey,
-		metrics:                newMetrics(cfg.Registerer),
+		metrics:                unregisteredMetrics(),
 		progressWake:           make(chan struct{}, 1),
 	}
 }

@@ -1,6 +1,7 @@
 package freshness
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,8 +38,8 @@ type metrics struct {
 }
 
 // newMetrics creates the freshness metrics and registers them with reg (nil
-// reg: unregistered). It panics if they are already registered with reg.
-func newMetrics(reg prometheus.Registerer) *metrics {
+// reg: unregistered).
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		probeDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "listproxy",
@@ -87,8 +88,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.watchRestarts.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.probeDuration, m.probes, m.probeWaiters, m.progressRequests, m.watchRestarts, m.compactedRevision)
+		for _, c := range []prometheus.Collector{m.probeDuration, m.probes, m.probeWaiters, m.progressRequests, m.watchRestarts, m.compactedRevision} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register freshness metrics: %w", err)
+			}
+		}
 	}
+	return m, nil
+}
+
+// unregisteredMetrics are metrics registered nowhere (which cannot fail).
+func unregisteredMetrics() *metrics {
+	m, _ := newMetrics(nil)
 	return m
 }
 

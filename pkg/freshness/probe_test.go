@@ -58,12 +58,17 @@ type probeHarness struct {
 func newProbeHarness(t *testing.T) *probeHarness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
+	m, err := newMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := &probeHarness{
-		c:      newChecker(Config{Registerer: reg}),
+		c:      newChecker(Config{}),
 		probe:  newFakeProbe(),
 		joined: make(chan struct{}, 16),
 		reg:    reg,
 	}
+	h.c.metrics = m
 	h.c.probe = h.probe.probe
 	h.c.testHookJoined = func() { h.joined <- struct{}{} }
 	return h

@@ -1,4 +1,7 @@
-// Package app is the listproxy command: flags, their validation, and Run.
+// Package app is the listproxy command: flags, their validation, and Run,
+// which builds the servers (pkg/lists, pkg/consistency, pkg/freshness) and
+// the edge (pkg/proxy) in front of them. It is the top of the import graph:
+// no pkg/ package imports it; only test/ runs it in process.
 package app
 
 import (
