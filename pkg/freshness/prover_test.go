@@ -2,6 +2,7 @@ package freshness
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestProverWithoutEtcd(t *testing.T) {
 	if snap, _, outcome := p.Consistent(context.Background()); snap != nil || outcome != ProbeFailed {
 		t.Errorf("Consistent() = %v, %q; want nil, %q", snap, outcome, ProbeFailed)
 	}
-	if _, err := p.At(context.Background(), 20); err != snapshot.ErrNotRetained {
+	if _, err := p.At(context.Background(), 20); !errors.Is(err, snapshot.ErrNotRetained) {
 		t.Errorf("At(20) = %v, want ErrNotRetained", err)
 	}
 }
