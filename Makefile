@@ -12,7 +12,7 @@ all: build
 build:
 	$(GO) build -o $(BIN)/listproxy ./cmd/listproxy
 
-## deps: build the pinned etcd, kube-apiserver and kube-controller-manager (no-op when current)
+## deps: build the pinned etcd, kube-apiserver, kube-controller-manager and kubectl (no-op when current)
 deps:
 	hack/build-deps.sh
 

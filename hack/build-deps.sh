@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager)
-# from hack/tools/go.mod into _output/bin. The Go build cache makes a rebuild of
+# and the matching kubectl, which the e2e tests run as a real client, from
+# hack/tools/go.mod into _output/bin. The Go build cache makes a rebuild of
 # unchanged sources take seconds; a stamp file makes an up-to-date run a no-op.
 set -euo pipefail
 
@@ -13,7 +14,7 @@ kube_version="v1.36.3"
 stamp="${bin}/.deps-stamp"
 want="$(cat "${tools}/go.mod" "${tools}/go.sum" "${tools}/cmd/etcd/main.go" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
 if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]] &&
-   [[ -x "${bin}/etcd" && -x "${bin}/kube-apiserver" && -x "${bin}/kube-controller-manager" ]]; then
+   [[ -x "${bin}/etcd" && -x "${bin}/kube-apiserver" && -x "${bin}/kube-controller-manager" && -x "${bin}/kubectl" ]]; then
   exit 0
 fi
 
@@ -31,4 +32,5 @@ echo "building pinned control plane into ${bin} (a cold build takes several minu
 go build -o "${bin}/etcd" ./cmd/etcd
 go build -ldflags "${ldflags}" -o "${bin}/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 go build -ldflags "${ldflags}" -o "${bin}/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager
+go build -ldflags "${ldflags}" -o "${bin}/kubectl" k8s.io/kubernetes/cmd/kubectl
 echo "${want}" > "${stamp}"

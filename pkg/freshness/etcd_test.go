@@ -48,14 +48,15 @@ func (b *lockedBuffer) String() string {
 
 // startEtcd runs a single-member etcd in t.TempDir() on free loopback ports
 // and returns a client for it; both are torn down when the test ends. It
-// skips the test in -short mode or when the etcd binary is missing.
+// skips the test in -short mode and fails it when the etcd binary is missing
+// (`make deps` builds it): a skipped integration test proves nothing.
 func startEtcd(t *testing.T) *clientv3.Client {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs etcd")
 	}
 	if _, err := os.Stat(etcdBinary); err != nil {
-		t.Skipf("etcd binary not available (run make deps or set LISTPROXY_ETCD): %v", err)
+		t.Fatalf("etcd binary not available (run make deps, set LISTPROXY_ETCD, or use -short): %v", err)
 	}
 	ports, err := freeport.Ports(2)
 	if err != nil {

@@ -678,7 +678,7 @@ spec: {color: red, size: 3}
 `
 )
 
-// kubectl runs the machine's kubectl against one kubeconfig, with a private
+// kubectlRunner runs the pinned kubectl against one kubeconfig, with a private
 // discovery cache.
 type kubectlRunner struct {
 	path string
@@ -689,12 +689,9 @@ type kubectlRunner struct {
 // credentials), or for the apiserver as admin when server is "".
 func newKubectlRunner(t *testing.T, cp *framework.ControlPlane, server string) kubectlRunner {
 	t.Helper()
-	path, err := exec.LookPath("kubectl")
+	path, err := framework.Kubectl()
 	if err != nil {
-		if _, statErr := os.Stat("/usr/bin/kubectl"); statErr != nil {
-			t.Skipf("kubectl not found on PATH (%v) nor at /usr/bin/kubectl", err)
-		}
-		path = "/usr/bin/kubectl"
+		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")

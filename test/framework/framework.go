@@ -116,6 +116,22 @@ func BinDir() (string, error) {
 	return filepath.Join(root, "_output", "bin"), nil
 }
 
+// Kubectl returns the path of the pinned kubectl that `make deps` builds into
+// BinDir, the same version as the control plane. It is an error, not a reason
+// to skip, when it is missing: the e2e tests that drive kubectl are the proof
+// that a real client works through listproxy.
+func Kubectl() (string, error) {
+	binDir, err := BinDir()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(binDir, "kubectl")
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("pinned kubectl missing (run `make deps`): %w", err)
+	}
+	return path, nil
+}
+
 // RepoRoot returns the nearest parent of the working directory that holds a
 // go.mod. Test binaries run in their package directory, so this is the main
 // module's root (hack/tools has its own go.mod but nothing runs from there).

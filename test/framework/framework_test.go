@@ -2,6 +2,8 @@ package framework_test
 
 import (
 	"context"
+	"encoding/json"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -117,4 +119,37 @@ func auditSaw(t *testing.T, cp *framework.ControlPlane, verb, resource, user str
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestKubectl: the kubectl the e2e tests drive is the pinned one in BinDir,
+// and a missing one is an error (the tests fail), never a silent skip or a
+// fall-back to whatever kubectl the machine has.
+func TestKubectl(t *testing.T) {
+	t.Run("missing", func(t *testing.T) {
+		t.Setenv("LISTPROXY_BIN_DIR", t.TempDir())
+		if path, err := framework.Kubectl(); err == nil {
+			t.Errorf("Kubectl() with an empty bin dir = %q, want an error", path)
+		}
+	})
+	t.Run("pinned", func(t *testing.T) {
+		path, err := framework.Kubectl()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(path, "version", "--client", "-o", "json").Output()
+		if err != nil {
+			t.Fatalf("%s version --client: %v", path, err)
+		}
+		var v struct {
+			ClientVersion struct {
+				GitVersion string `json:"gitVersion"`
+			} `json:"clientVersion"`
+		}
+		if err := json.Unmarshal(out, &v); err != nil {
+			t.Fatalf("decode kubectl version: %v\n%s", err, out)
+		}
+		if v.ClientVersion.GitVersion != "v1.36.3" {
+			t.Errorf("kubectl client version = %q, want the pinned v1.36.3", v.ClientVersion.GitVersion)
+		}
+	})
 }
