@@ -26,8 +26,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -37,6 +40,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -82,6 +87,8 @@ var variants = []variant{
 			r.mustHave(t, "PodDisruptionBudget", fullname)
 			r.mustNotHave(t, "HorizontalPodAutoscaler", fullname)
 			r.mustNotHave(t, "ServiceMonitor", fullname)
+			// No client CA: no caller is ever impersonated, so no
+			// impersonation right.
 			checkRules(t, r, append(cacheAll(), serviceModeRules()...))
 			checkKeysSecret(t, r)
 			checkDashboardConfigMap(t, r)
@@ -116,6 +123,19 @@ var variants = []variant{
 			if v := findVolume(d, "client-ca"); v == nil || v.ConfigMap == nil || v.ConfigMap.Name != "client-ca" {
 				t.Errorf("volume client-ca = %+v, want ConfigMap client-ca", v)
 			}
+			rules := append(cacheAll(), serviceModeRules()...)
+			checkRules(t, r, append(rules, constrainedImpersonationRules()...))
+		},
+	},
+	{
+		name: "service_client_ca_legacy_impersonation",
+		args: []string{
+			"--set", "tls.clientCAConfigMapName=client-ca",
+			"--set", "rbac.impersonation=legacy",
+		},
+		check: func(t *testing.T, r rendered) {
+			rules := append(cacheAll(), serviceModeRules()...)
+			checkRules(t, r, append(rules, legacyImpersonationRules()...))
 		},
 	},
 	{
@@ -399,6 +419,58 @@ func TestAgainstAPIServer(t *testing.T) {
 			t.Run(v.name, func(t *testing.T) {
 				for _, obj := range h.template(t, ns, v.args...).objs {
 					k.create(t, obj, true)
+				}
+			})
+		}
+	})
+
+	// What the chart's ServiceAccount may impersonate, asked of the
+	// apiserver itself with the ServiceAccount's token: nothing without a
+	// client CA (no caller is ever impersonated then), never system:masters
+	// with constrained impersonation (the default), and anyone with legacy
+	// impersonation, which is why that is opt-in.
+	t.Run("impersonation_rights", func(t *testing.T) {
+		for _, tc := range []struct {
+			name        string
+			args        []string
+			wantUser    bool // may impersonate an ordinary user and group
+			wantMasters bool // may impersonate the group system:masters
+		}{
+			{name: "no-client-ca"},
+			{name: "constrained", args: []string{"--set", "tls.clientCAConfigMapName=client-ca"}, wantUser: true},
+			{name: "legacy", args: []string{"--set", "tls.clientCAConfigMapName=client-ca", "--set", "rbac.impersonation=legacy"}, wantUser: true, wantMasters: true},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ns, name := "imp-"+tc.name, "imp-"+tc.name
+				k.createNamespace(t, ns)
+				r := h.template(t, ns, append(tc.args, "--set", "fullnameOverride="+name)...)
+				for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+					k.create(t, r.mustHave(t, kind, name), false)
+				}
+				sa := k.serviceAccountConfig(t, ns, name)
+				// The binding is in effect once the ServiceAccount may do
+				// what every service-mode listproxy may.
+				k.awaitAllowed(t, sa, "create", "authorization.k8s.io", "subjectaccessreviews")
+				impersonates := func(groups ...string) (bool, string) {
+					cfg := rest.CopyConfig(sa)
+					cfg.Impersonate = rest.ImpersonationConfig{UserName: "carol", Groups: groups}
+					ssr, err := kubernetes.NewForConfigOrDie(cfg).AuthenticationV1().SelfSubjectReviews().Create(t.Context(), &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+					switch {
+					case apierrors.IsForbidden(err):
+						return false, err.Error()
+					case err != nil:
+						t.Fatalf("SelfSubjectReview impersonating carol %v: %v", groups, err)
+					}
+					if got := ssr.Status.UserInfo.Username; got != "carol" {
+						t.Fatalf("SelfSubjectReview impersonating carol says %q", got)
+					}
+					return true, ""
+				}
+				if got, msg := impersonates("team"); got != tc.wantUser {
+					t.Errorf("ServiceAccount may impersonate user carol in group team = %v, want %v %s", got, tc.wantUser, msg)
+				}
+				if got, msg := impersonates("system:masters"); got != tc.wantMasters {
+					t.Errorf("ServiceAccount may impersonate group system:masters = %v, want %v %s", got, tc.wantMasters, msg)
 				}
 			})
 		}
@@ -845,12 +917,35 @@ func cacheAll() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"list", "watch"}}}
 }
 
-// serviceModeRules are what delegated authentication, authorization and
-// pass-through impersonation need.
+// serviceModeRules are what delegated authentication and authorization need.
 func serviceModeRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"tokenreviews"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"authorization.k8s.io"}, Resources: []string{"subjectaccessreviews"}, Verbs: []string{"create"}},
+	}
+}
+
+// constrainedImpersonationRules are what passing client-certificate callers
+// through needs with constrained impersonation (rbac.impersonation=constrained).
+func constrainedImpersonationRules() []rbacv1.PolicyRule {
+	on := func(verbs ...string) []string {
+		var out []string
+		for _, v := range verbs {
+			out = append(out, "impersonate-on:user-info:"+v)
+		}
+		return out
+	}
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"users", "groups", "uids", "userextras/*"}, Verbs: []string{"impersonate:user-info"}},
+		{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: on("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")},
+		{NonResourceURLs: []string{"*"}, Verbs: on("get", "head", "options", "post", "put", "patch", "delete")},
+	}
+}
+
+// legacyImpersonationRules are the same with the impersonate verb
+// (rbac.impersonation=legacy).
+func legacyImpersonationRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"users", "groups", "serviceaccounts"}, Verbs: []string{"impersonate"}},
 		{APIGroups: []string{"authentication.k8s.io"}, Resources: []string{"uids", "userextras/*"}, Verbs: []string{"impersonate"}},
 	}
@@ -1016,6 +1111,37 @@ func (k *kube) waitCRD(t *testing.T, name string) {
 	})
 	if err != nil {
 		t.Fatalf("CRD %s not established: %v", name, err)
+	}
+}
+
+// serviceAccountConfig returns a client config for ServiceAccount ns/name,
+// with a short-lived token from the TokenRequest API.
+func (k *kube) serviceAccountConfig(t *testing.T, ns, name string) *rest.Config {
+	t.Helper()
+	ttl := int64(600)
+	tr, err := k.cp.Clientset(framework.UserAdmin).CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("token for ServiceAccount %s/%s: %v", ns, name, err)
+	}
+	cfg := rest.AnonymousClientConfig(k.cp.AdminConfig)
+	cfg.BearerToken = tr.Status.Token
+	return cfg
+}
+
+// awaitAllowed waits until cfg's user may do verb on group/resource (RBAC
+// changes reach the authorizer through an informer).
+func (k *kube) awaitAllowed(t *testing.T, cfg *rest.Config, verb, group, resource string) {
+	t.Helper()
+	client := kubernetes.NewForConfigOrDie(cfg)
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		r, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource}},
+		}, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, nil
+	})
+	if err != nil {
+		t.Fatalf("%s %s.%s never allowed: %v", verb, resource, group, err)
 	}
 }
 

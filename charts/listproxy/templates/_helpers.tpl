@@ -79,3 +79,15 @@ Entries are RESOURCE (core group) or RESOURCE.GROUP.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+impersonateOn renders the constrained-impersonation verbs
+impersonate-on:user-info:VERB for a list of request verbs, as a JSON list.
+*/}}
+{{- define "listproxy.impersonateOn" -}}
+{{- $verbs := list }}
+{{- range . }}
+{{- $verbs = append $verbs (printf "impersonate-on:user-info:%s" .) }}
+{{- end }}
+{{- toJson $verbs }}
+{{- end }}
