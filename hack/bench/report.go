@@ -45,15 +45,23 @@ type reportConfig struct {
 // CPU is user+system time of the answering processes, net of their idle
 // rate.
 type side struct {
-	Requests      int            `json:"requests"`
-	WallP50       float64        `json:"wall_p50_s"`
-	WallP99       float64        `json:"wall_p99_s"`
-	CPUPerRequest float64        `json:"cpu_per_request_s"`
-	CPUTotal      float64        `json:"cpu_total_s"`
-	Bytes         int64          `json:"bytes_per_response"`
-	NotSnapshot   int            `json:"not_from_snapshot,omitempty"`
-	NotGzip       int            `json:"not_gzipped,omitempty"`
-	Extra         map[string]num `json:"extra,omitempty"`
+	Requests      int     `json:"requests"`
+	WallP50       float64 `json:"wall_p50_s"`
+	WallP99       float64 `json:"wall_p99_s"`
+	CPUPerRequest float64 `json:"cpu_per_request_s"`
+	CPUTotal      float64 `json:"cpu_total_s"`
+	Bytes         int64   `json:"bytes_per_response"`
+	// Answers counts responses (each page of a walk); NotSnapshot those of
+	// listproxy's not served from a snapshot.
+	Answers     int `json:"answers"`
+	NotSnapshot int `json:"not_from_snapshot"`
+	NotGzip     int `json:"not_gzipped,omitempty"`
+	// ContentChecked answers of listproxy's were compared with the
+	// apiserver's at the same resourceVersion; ContentMismatch differed.
+	ContentChecked  int            `json:"content_checked,omitempty"`
+	ContentMismatch int            `json:"content_mismatches,omitempty"`
+	FirstMismatch   string         `json:"first_mismatch,omitempty"`
+	Extra           map[string]num `json:"extra,omitempty"`
 }
 
 // targetSpec is what docs/performance.md holds a scenario to;
@@ -121,6 +129,17 @@ func (r *row) evaluate() {
 	add := func(name, want string, got float64, text string, met bool) {
 		r.Checks = append(r.Checks, check{Name: name, Want: want, Got: num(got), Text: text, Met: met})
 	}
+	// A figure measured on answers listproxy did not serve from a snapshot,
+	// or served wrong, says nothing about listproxy: each scenario must be
+	// all snapshot answers, with the content the apiserver gives.
+	p := r.Proxied
+	fromSnapshot := p.Answers - p.NotSnapshot
+	add("from snapshots", "all", float64(fromSnapshot), fmt.Sprintf("%d/%d", fromSnapshot, p.Answers), p.NotSnapshot == 0 && p.Answers > 0)
+	if p.NotGzip > 0 {
+		add("gzipped", "all", float64(p.NotGzip), fmt.Sprintf("%d not", p.NotGzip), false)
+	}
+	add("content = apiserver at same RV", "all equal", float64(p.ContentMismatch),
+		fmt.Sprintf("%d/%d equal", p.ContentChecked-p.ContentMismatch, p.ContentChecked), p.ContentChecked > 0 && p.ContentMismatch == 0)
 	if t.CPU > 0 {
 		add("CPU", fmt.Sprintf("≥ %g×", t.CPU), float64(r.CPURatio), fmt.Sprintf("%.1f×", r.CPURatio), float64(r.CPURatio) >= t.CPU)
 	}
@@ -213,6 +232,28 @@ func (r *report) markdown() string {
 		}
 	}
 	return b.String()
+}
+
+// missed lists every check that was not met, scenarios and memory alike.
+func (r *report) missed() []string {
+	r.memoryChecks()
+	var out []string
+	for _, row := range r.Rows {
+		for _, c := range row.Checks {
+			if !c.Met {
+				out = append(out, fmt.Sprintf("%s: %s %s, got %s", row.Scenario, c.Name, c.Want, c.Text))
+			}
+		}
+		if row.Proxied.FirstMismatch != "" {
+			out = append(out, fmt.Sprintf("%s: first content mismatch: %s", row.Scenario, row.Proxied.FirstMismatch))
+		}
+	}
+	for _, c := range r.MemoryCheck {
+		if !c.Met {
+			out = append(out, fmt.Sprintf("memory: %s %s, got %s", c.Name, c.Want, c.Text))
+		}
+	}
+	return out
 }
 
 func checksText(cs []check) string {

@@ -50,9 +50,14 @@ type series struct {
 	cpu         sampler
 	durs        []float64
 	bytes       []int64
+	answers     int // responses (a walk counts each page)
 	notSnapshot int
 	notGzip     int
 	extra       map[string][]float64
+	// Content checks of listproxy's answers against the apiserver's.
+	checked    int
+	mismatches int
+	mismatch   string // the first
 }
 
 func (b *bench) newSeries(t *target) *series {
@@ -67,23 +72,76 @@ func (b *bench) newSeries(t *target) *series {
 func (s *series) add(res result, wantGzip bool) {
 	s.durs = append(s.durs, res.dur.Seconds())
 	s.bytes = append(s.bytes, res.bytes)
-	if s.t.proxied && !res.fromSnapshot {
-		s.notSnapshot++
-	}
+	s.answer(res)
 	if wantGzip && !res.gzipped {
 		s.notGzip++
 	}
 }
 
+// answer counts one response and whether listproxy answered it from a
+// snapshot.
+func (s *series) answer(res result) {
+	s.answers++
+	if s.t.proxied && !res.fromSnapshot {
+		s.notSnapshot++
+	}
+}
+
+// sampled says whether the i-th of n requests of a scenario has its content
+// checked: the first, the last and about eight in between.
+func sampled(i, n int) bool {
+	return i == 0 || i == n-1 || i%max(1, n/8) == 0
+}
+
+// offClock runs f outside the series' CPU and wall accounting: content
+// checks cost the harness and the apiserver, not the side measured.
+func (s *series) offClock(f func()) {
+	s.cpu.endInterval()
+	defer s.cpu.startInterval()
+	f()
+}
+
+// checkContent compares listproxy's answer res to path (asked without a
+// resourceVersion) with the apiserver's answer at the same resourceVersion,
+// off the clock. It does nothing on the apiserver side.
+func (s *series) checkContent(ctx context.Context, api *target, path string, res result) {
+	if !s.t.proxied {
+		return
+	}
+	s.offClock(func() {
+		got, err := decodeList(res)
+		if err == nil {
+			_, err = compareWithAPIServer(ctx, api, exactAt(path, got.rv), got)
+		}
+		s.noteCheck(err)
+	})
+}
+
+// noteCheck records the outcome of one content check.
+func (s *series) noteCheck(err error) {
+	s.checked++
+	if err != nil {
+		s.mismatches++
+		if s.mismatch == "" {
+			s.mismatch = err.Error()
+		}
+		logf("  CONTENT MISMATCH: %v", err)
+	}
+}
+
 func (s *series) side(requests int) side {
 	sd := side{
-		Requests:      requests,
-		WallP50:       median(s.durs),
-		WallP99:       percentile(s.durs, 99),
-		CPUPerRequest: s.cpu.seconds() / float64(max(1, requests)),
-		CPUTotal:      s.cpu.seconds(),
-		NotSnapshot:   s.notSnapshot,
-		NotGzip:       s.notGzip,
+		Requests:        requests,
+		WallP50:         median(s.durs),
+		WallP99:         percentile(s.durs, 99),
+		CPUPerRequest:   s.cpu.seconds() / float64(max(1, requests)),
+		CPUTotal:        s.cpu.seconds(),
+		Answers:         s.answers,
+		NotSnapshot:     s.notSnapshot,
+		NotGzip:         s.notGzip,
+		ContentChecked:  s.checked,
+		ContentMismatch: s.mismatches,
+		FirstMismatch:   s.mismatch,
 	}
 	if len(s.bytes) > 0 {
 		var total int64
@@ -149,12 +207,18 @@ func (b *bench) fullList(ctx context.Context) error {
 	for _, c := range cases {
 		logf("scenario: %s (%d reps)", c.name, b.cfg.reps)
 		req := request{path: "/api/v1/pods", accept: c.accept, gzip: c.gzip}
-		d, p, err := b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, _ int) error {
+		d, p, err := b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, i int) error {
+			req := req
+			check := s.t.proxied && sampled(i, b.cfg.reps)
+			req.keep = check
 			res, err := s.t.do(ctx, req)
 			if err != nil {
 				return err
 			}
 			s.add(res, c.gzip)
+			if check {
+				s.checkContent(ctx, b.env.direct, req.path, res)
+			}
 			return nil
 		})
 		if err != nil {
@@ -166,14 +230,17 @@ func (b *bench) fullList(ctx context.Context) error {
 }
 
 // walk lists all pods in pages of limit (resourceVersion unset) and
-// records the walk's wall time and its first and last page.
-func walk(ctx context.Context, s *series, limit int) error {
+// records the walk's wall time and its first and last page. With check
+// (listproxy only), each page is compared off the clock with the page of
+// the apiserver's own walk at the first page's resourceVersion.
+func walk(ctx context.Context, s *series, api *target, limit int, check bool) error {
 	begin := time.Now()
 	var total result
 	var pages []float64
-	cont := ""
+	first := "/api/v1/pods?limit=" + strconv.Itoa(limit)
+	cont, apiCont := "", ""
 	for {
-		path := "/api/v1/pods?limit=" + strconv.Itoa(limit)
+		path := first
 		if cont != "" {
 			path += "&continue=" + url.QueryEscape(cont)
 		}
@@ -183,19 +250,46 @@ func walk(ctx context.Context, s *series, limit int) error {
 		}
 		pages = append(pages, res.dur.Seconds())
 		total.bytes += res.bytes
-		if s.t.proxied && !res.fromSnapshot {
-			s.notSnapshot++
-		}
+		s.answer(res)
 		if cont, err = listContinue(res.body); err != nil {
 			return err
+		}
+		if check {
+			var checkTime time.Duration
+			s.offClock(func() {
+				checkBegin := time.Now()
+				defer func() { checkTime = time.Since(checkBegin) }()
+				got, err := decodeList(res)
+				if err != nil {
+					s.noteCheck(err)
+					check = false
+					return
+				}
+				apiPath := exactAt(first, got.rv)
+				if len(pages) > 1 {
+					apiPath = first + "&continue=" + url.QueryEscape(apiCont)
+				}
+				want, err := compareWithAPIServer(ctx, api, apiPath, got)
+				if err != nil {
+					s.noteCheck(err)
+					check = false // the walks diverged; compare no further
+					return
+				}
+				apiCont = want.cont
+				if cont == "" {
+					s.noteCheck(nil)
+				}
+			})
+			// The walk's wall time leaves the check out.
+			begin = begin.Add(checkTime)
 		}
 		if cont == "" {
 			break
 		}
 	}
 	total.dur = time.Since(begin)
-	total.fromSnapshot = true // counted per page above
-	s.add(total, false)
+	s.durs = append(s.durs, total.dur.Seconds())
+	s.bytes = append(s.bytes, total.bytes)
 	s.extra["first_page_s"] = append(s.extra["first_page_s"], pages[0])
 	s.extra["last_page_s"] = append(s.extra["last_page_s"], pages[len(pages)-1])
 	s.extra["pages"] = append(s.extra["pages"], float64(len(pages)))
@@ -206,8 +300,8 @@ func (b *bench) walks(ctx context.Context) error {
 	for _, limit := range b.cfg.walkLimits {
 		name := fmt.Sprintf("paginated walk, limit=%d", limit)
 		logf("scenario: %s (%d reps)", name, b.cfg.reps)
-		d, p, err := b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, _ int) error {
-			return walk(ctx, s, limit)
+		d, p, err := b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, i int) error {
+			return walk(ctx, s, b.env.direct, limit, s.t.proxied && sampled(i, b.cfg.reps))
 		})
 		if err != nil {
 			return err
@@ -229,12 +323,18 @@ func (b *bench) firstPage(ctx context.Context) error {
 	req := request{path: "/api/v1/pods?limit=500", accept: acceptJSON}
 	name := "first page limit=500, 1 client"
 	logf("scenario: %s (%d requests per side)", name, b.cfg.firstPageN)
-	d, p, err := b.alternate(ctx, b.cfg.firstPageN, func(ctx context.Context, s *series, _ int) error {
+	d, p, err := b.alternate(ctx, b.cfg.firstPageN, func(ctx context.Context, s *series, i int) error {
+		req := req
+		check := s.t.proxied && sampled(i, b.cfg.firstPageN)
+		req.keep = check
 		res, err := s.t.do(ctx, req)
 		if err != nil {
 			return err
 		}
 		s.add(res, false)
+		if check {
+			s.checkContent(ctx, b.env.direct, req.path, res)
+		}
 		return nil
 	})
 	if err != nil {
@@ -249,9 +349,13 @@ func (b *bench) firstPage(ctx context.Context) error {
 	d, p, err = b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, _ int) error {
 		var wg sync.WaitGroup
 		errs := make(chan error, b.cfg.concurrency)
-		for range b.cfg.concurrency {
+		// One answer per batch (client 0's first) is checked after the batch.
+		var kept result
+		for c := range b.cfg.concurrency {
 			wg.Go(func() {
-				for range perClient {
+				for j := range perClient {
+					req := req
+					req.keep = s.t.proxied && c == 0 && j == 0
 					res, err := s.t.do(ctx, req)
 					if err != nil {
 						errs <- err
@@ -259,13 +363,22 @@ func (b *bench) firstPage(ctx context.Context) error {
 					}
 					mu.Lock()
 					s.add(res, false)
+					if req.keep {
+						kept = res
+					}
 					mu.Unlock()
 				}
 			})
 		}
 		wg.Wait()
 		close(errs)
-		return <-errs
+		if err := <-errs; err != nil {
+			return err
+		}
+		if s.t.proxied {
+			s.checkContent(ctx, b.env.direct, req.path, kept)
+		}
+		return nil
 	})
 	if err != nil {
 		return err
@@ -281,11 +394,15 @@ func (b *bench) nodeName(ctx context.Context) error {
 	logf("scenario: %s (%d requests per side)", name, n)
 	d, p, err := b.alternate(ctx, n, func(ctx context.Context, s *series, i int) error {
 		path := "/api/v1/pods?fieldSelector=" + url.QueryEscape("spec.nodeName="+nodeName(i%numNodes))
-		res, err := s.t.do(ctx, request{path: path, accept: acceptJSON})
+		check := s.t.proxied && sampled(i, n)
+		res, err := s.t.do(ctx, request{path: path, accept: acceptJSON, keep: check})
 		if err != nil {
 			return err
 		}
 		s.add(res, false)
+		if check {
+			s.checkContent(ctx, b.env.direct, path, res)
+		}
 		return nil
 	})
 	if err != nil {
@@ -310,12 +427,18 @@ func (b *bench) consistent(ctx context.Context) error {
 		return err
 	}
 	req := request{path: "/api/v1/pods?limit=500", accept: acceptJSON}
-	d, p, err := b.alternate(ctx, n, func(ctx context.Context, s *series, _ int) error {
+	d, p, err := b.alternate(ctx, n, func(ctx context.Context, s *series, i int) error {
+		req := req
+		check := s.t.proxied && sampled(i, n)
+		req.keep = check
 		res, err := s.t.do(ctx, req)
 		if err != nil {
 			return err
 		}
 		s.add(res, false)
+		if check {
+			s.checkContent(ctx, b.env.direct, req.path, res)
+		}
 		return nil
 	})
 	if err != nil {
@@ -327,17 +450,21 @@ func (b *bench) consistent(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Every consistent read counts, those that fell back included: a
+	// fallback's wait (until it gave up) is what its client waited before
+	// being passed through.
 	const hist = "listproxy_freshness_wait_duration_seconds"
-	p50, count := histogramQuantile(before, after, hist, 0.50, `outcome="served"`)
-	p99, _ := histogramQuantile(before, after, hist, 0.99, `outcome="served"`)
-	notServed := after.sum("listproxy_freshness_consistent_reads_total") - before.sum("listproxy_freshness_consistent_reads_total") - count
+	p50, count := histogramQuantile(before, after, hist, 0.50)
+	p99, _ := histogramQuantile(before, after, hist, 0.99)
+	served := after.sum(hist+"_count", `outcome="served"`) - before.sum(hist+"_count", `outcome="served"`)
+	notServed := count - served
 	b.report.Freshness = &freshness{
 		WritesPerSecond: rate, WritesFailed: w.failed.Load(), WritesDropped: w.dropped.Load(),
-		WaitP50: num(p50), WaitP99: num(p99), Served: count, NotServed: notServed,
+		WaitP50: num(p50), WaitP99: num(p99), Served: served, NotServed: notServed,
 	}
 	ps := p.side(n)
 	ps.Extra = map[string]num{"freshness_wait_p50_s": num(p50), "freshness_wait_p99_s": num(p99)}
-	note := fmt.Sprintf("writes %.0f/s achieved; listproxy freshness wait p50 %s, p99 %s (histogram, %0.f reads; %0.f not proven); CPU includes the writes",
+	note := fmt.Sprintf("writes %.0f/s achieved; listproxy freshness wait p50 %s, p99 %s (histogram of all %0.f consistent reads, %0.f of them not proven and passed through); CPU includes the writes",
 		rate, ms(p50), ms(p99), count, notServed)
 	b.addRow(name, d.side(n), ps, targetSpec{FreshnessP99Max: 0.110}, note)
 	return nil
