@@ -41,8 +41,10 @@ type passthrough struct {
 // strippedHeaders are identity assertions that never reach the apiserver.
 // X-Remote-* are the default request-header (front proxy) names, honoured by
 // the apiserver only from a front-proxy client certificate; stripping them is
-// defence in depth.
-var strippedHeaders = []string{"X-Remote-User", "X-Remote-Group"}
+// defence in depth. X-Real-Ip is a client address the apiserver records in
+// audit events (sourceIPs) that nobody vouches for; the caller's real address
+// travels in X-Forwarded-For.
+var strippedHeaders = []string{"X-Remote-User", "X-Remote-Group", "X-Real-Ip"}
 
 // strippedHeaderPrefixes are stripped like strippedHeaders (canonical form).
 var strippedHeaderPrefixes = []string{"X-Remote-Extra-"}
@@ -54,10 +56,6 @@ var (
 	callerCredentialHeaders  = []string{"Authorization"}
 	callerCredentialPrefixes = []string{"Impersonate-"}
 )
-
-// forwardedHeaders are removed by ReverseProxy before Rewrite; they are
-// restored so that the apiserver sees the request as the client sent it.
-var forwardedHeaders = []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}
 
 // newPassthrough forwards to upstream; delegated is service mode.
 func newPassthrough(upstream *rest.Config, delegated bool) (*passthrough, error) {
@@ -159,12 +157,15 @@ func (t identityTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 
 func (p *passthrough) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(p.target)
-	h := pr.Out.Header
-	for _, name := range forwardedHeaders {
-		if v, ok := pr.In.Header[name]; ok {
-			h[name] = v
-		}
+	// X-Forwarded-For keeps what the caller sent and appends the address
+	// listproxy saw it connect from, so that the apiserver's audit events
+	// (sourceIPs) always hold the caller's real address; X-Forwarded-Host
+	// and -Proto describe listproxy's side of the connection.
+	if prior, ok := pr.In.Header["X-Forwarded-For"]; ok {
+		pr.Out.Header["X-Forwarded-For"] = prior
 	}
+	pr.SetXForwarded()
+	h := pr.Out.Header
 	deleteHeaders(h, strippedHeaders, strippedHeaderPrefixes)
 	if c, ok := auth.CallerFrom(pr.In.Context()); !ok || !c.OwnToken() {
 		deleteHeaders(h, callerCredentialHeaders, callerCredentialPrefixes)

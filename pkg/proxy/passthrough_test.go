@@ -77,19 +77,18 @@ func TestPassthroughHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header = http.Header{
-		"Authorization":            {"Bearer caller-token"},
-		"Impersonate-User":         {"admin"},
-		"Impersonate-Group":        {"system:masters"},
-		"Impersonate-Uid":          {"1"},
-		"Impersonate-Extra-Scopes": {"all"},
-		"X-Remote-User":            {"admin"},
-		"X-Remote-Extra-Scopes":    {"all"},
-		"Accept":                   {"application/json;as=Table;v=v1;g=meta.k8s.io, application/json"},
-		"Content-Type":             {"application/json"},
-		"User-Agent":               {"kubectl/v1.36.3"},
-		"X-Custom":                 {"one", "two"},
-		"X-Forwarded-For":          {"10.0.0.1"},
-		"Keep-Alive":               {"timeout=5"},
+		"Authorization":         {"Bearer caller-token"},
+		"X-Remote-User":         {"admin"},
+		"X-Remote-Extra-Scopes": {"all"},
+		"Accept":                {"application/json;as=Table;v=v1;g=meta.k8s.io, application/json"},
+		"Content-Type":          {"application/json"},
+		"User-Agent":            {"kubectl/v1.36.3"},
+		"X-Custom":              {"one", "two"},
+		"X-Forwarded-For":       {"10.0.0.1"},
+		"X-Forwarded-Host":      {"spoofed.example"},
+		"X-Forwarded-Proto":     {"https"},
+		"X-Real-Ip":             {"10.0.0.2"},
+		"Keep-Alive":            {"timeout=5"},
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
@@ -104,13 +103,18 @@ func TestPassthroughHeaders(t *testing.T) {
 		RequestURI: path,
 		Proto:      "HTTP/1.1",
 		Header: http.Header{
-			"Authorization":   {"Bearer " + upstreamToken},
-			"Accept":          {"application/json;as=Table;v=v1;g=meta.k8s.io, application/json"},
-			"Content-Type":    {"application/json"},
-			"Content-Length":  {"18"},
-			"User-Agent":      {"kubectl/v1.36.3"},
-			"X-Custom":        {"one", "two"},
-			"X-Forwarded-For": {"10.0.0.1"},
+			"Authorization":  {"Bearer " + upstreamToken},
+			"Accept":         {"application/json;as=Table;v=v1;g=meta.k8s.io, application/json"},
+			"Content-Type":   {"application/json"},
+			"Content-Length": {"18"},
+			"User-Agent":     {"kubectl/v1.36.3"},
+			"X-Custom":       {"one", "two"},
+			// The caller's own claim is kept, its real address (the
+			// test client's, loopback) appended: the apiserver audits
+			// both. X-Real-Ip, which nobody vouches for, is dropped.
+			"X-Forwarded-For":   {"10.0.0.1, 127.0.0.1"},
+			"X-Forwarded-Host":  {strings.TrimPrefix(p.url, "http://")},
+			"X-Forwarded-Proto": {"http"},
 		},
 		Body: `{"data":{"k":"v"}}`,
 	}
