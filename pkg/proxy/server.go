@@ -218,6 +218,15 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	cacheable := h.lists != nil && kind.verb == verbList
+	if h.auth == nil && auth.HasImpersonation(r.Header) {
+		// Sidecar mode has one identity, listproxy's. Dropping the headers
+		// would run the request as listproxy, with rights the caller asked
+		// not to use; honouring them would lend the caller listproxy's
+		// right to impersonate. Neither is what the caller meant.
+		source = httpapi.SourceListproxy
+		refuse(rec, sidecarImpersonationError())
+		return
+	}
 	if h.auth != nil {
 		var ok bool
 		if r, ok = h.auth.Authenticate(rec, r); !ok {
