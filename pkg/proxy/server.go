@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,14 @@ type Config struct {
 	Debug map[string]http.Handler
 	// Profiling serves Go's pprof profiles under /debug/listproxy/pprof/.
 	Profiling bool
+	// AcceptHosts, when not nil, are the only Host names (port removed, IPv6
+	// literals in brackets) served; any other Host gets a 403 Status. Nil
+	// serves every Host.
+	AcceptHosts []*regexp.Regexp
+	// RejectCrossOrigin refuses with a 403 Status every request a browser
+	// sends for another origin (an Origin header naming another host and
+	// port than Host, or Sec-Fetch-Site: cross-site).
+	RejectCrossOrigin bool
 }
 
 // Handler is listproxy's HTTP edge. Create it with NewHandler; call Drain and
@@ -97,6 +106,7 @@ type Handler struct {
 	metrics   *metrics
 	metricsH  http.Handler
 	profiling bool // serve pathPprof
+	origins   originFilter
 	clock     clock.PassiveClock
 	draining  atomic.Bool             // set by Drain and Shutdown: /readyz fails
 	stopCtx   context.Context         // done once Shutdown ends long-running requests
@@ -146,6 +156,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		metrics:   m,
 		clock:     clk,
 		profiling: cfg.Profiling,
+		origins:   originFilter{acceptHosts: cfg.AcceptHosts, rejectCrossOrigin: cfg.RejectCrossOrigin},
 	}
 	if gatherer != nil {
 		h.metricsH = promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: klog.NewStandardLogger("ERROR")})
@@ -157,6 +168,10 @@ func NewHandler(cfg Config) (*Handler, error) {
 // ServeHTTP serves /healthz, /readyz, /metrics and /debug/listproxy/ (debug.go)
 // itself and every other request from Lists or the apiserver.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h.origins.check(r); err != nil {
+		refuse(w, err)
+		return
+	}
 	switch r.URL.Path {
 	case pathHealthz:
 		h.serveHealthz(w, r)

@@ -80,6 +80,7 @@ func TestValidate(t *testing.T) {
 		}, wantErrs: []string{"--max-inflight-lists", "--max-inflight-list-bytes", "--list-queue-wait", "--list-write-timeout"}},
 		{name: "zero_watch_timeouts", mutate: func(o *Options) { o.Cache.WatchStallTimeout, o.Cache.WatchLagTimeout = 0, 0 },
 			wantErrs: []string{"--watch-stall-timeout and --watch-lag-timeout: must be positive"}},
+		{name: "bad_accept_hosts", mutate: func(o *Options) { o.Auth.AcceptHosts = `^ok$,(` }, wantErrs: []string{"--accept-hosts"}},
 		{name: "unbounded_inflight", mutate: func(o *Options) {
 			o.Cache.MaxInflightLists, o.Cache.MaxInflightListBytes, o.Cache.ListQueueWait, o.Cache.ListWriteTimeout = 0, 0, 0, 0
 		}},
@@ -323,5 +324,41 @@ func TestRunListenError(t *testing.T) {
 	var opErr *net.OpError
 	if !errors.As(err, &opErr) || !strings.Contains(err.Error(), "--listen-address") {
 		t.Errorf("Run on a busy address = %v, want a listen error naming --listen-address", err)
+	}
+}
+
+// TestOriginPolicy: without authentication only loopback Host names are
+// served and cross-origin browser requests refused; with delegated
+// authentication every Host is served unless --accept-hosts narrows it.
+func TestOriginPolicy(t *testing.T) {
+	tests := []struct {
+		name, mode, acceptHosts string
+		wantPatterns            []string // nil: every Host
+		wantRejectCrossOrigin   bool
+	}{
+		{name: "sidecar_default", mode: AuthenticationNone, wantPatterns: []string{`^localhost$`, `^127\.0\.0\.1$`, `^\[::1\]$`}, wantRejectCrossOrigin: true},
+		{name: "sidecar_explicit", mode: AuthenticationNone, acceptHosts: `^localhost$, ^lp\.internal$`, wantPatterns: []string{`^localhost$`, `^lp\.internal$`}, wantRejectCrossOrigin: true},
+		{name: "delegated_default", mode: AuthenticationDelegated},
+		{name: "delegated_explicit", mode: AuthenticationDelegated, acceptHosts: `^listproxy\.example$`, wantPatterns: []string{`^listproxy\.example$`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := newAuthOptions()
+			o.Mode, o.AcceptHosts = tc.mode, tc.acceptHosts
+			p, err := o.originPolicy()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, re := range p.AcceptHosts {
+				got = append(got, re.String())
+			}
+			if diff := cmp.Diff(tc.wantPatterns, got); diff != "" {
+				t.Errorf("accepted Host patterns (-want +got):\n%s", diff)
+			}
+			if p.RejectCrossOrigin != tc.wantRejectCrossOrigin {
+				t.Errorf("RejectCrossOrigin = %v, want %v", p.RejectCrossOrigin, tc.wantRejectCrossOrigin)
+			}
+		})
 	}
 }

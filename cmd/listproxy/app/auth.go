@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/pkg/auth"
+	"github.com/listproxy/listproxy/pkg/proxy"
 )
 
 // Values of --authentication.
@@ -43,6 +46,9 @@ type AuthOptions struct {
 	// AllowUnauthenticatedNonLoopback lets sidecar mode listen on a
 	// non-loopback address.
 	AllowUnauthenticatedNonLoopback bool
+	// AcceptHosts are comma-separated Host patterns; empty is the mode's
+	// default (see acceptHosts).
+	AcceptHosts string
 	// TLSCertFile and TLSPrivateKeyFile are the serving certificate in
 	// delegated mode; without them one is generated in CertDir.
 	TLSCertFile       string
@@ -71,6 +77,10 @@ func (o *AuthOptions) addFlags(fs *pflag.FlagSet) {
 			"LISTs served from snapshots are authorized per caller with SubjectAccessReviews, and pass-through requests carry the caller's identity.")
 	fs.BoolVar(&o.AllowUnauthenticatedNonLoopback, "allow-unauthenticated-non-loopback", o.AllowUnauthenticatedNonLoopback,
 		"With --authentication=none, allow a non-loopback --listen-address. Anyone who can reach it acts with listproxy's identity. Dangerous.")
+	fs.StringVar(&o.AcceptHosts, "accept-hosts", o.AcceptHosts,
+		"Comma-separated regular expressions of the Host names served (port removed, IPv6 in brackets); other Hosts get 403, as with 'kubectl proxy --accept-hosts'. "+
+			"Default with --authentication=none: "+strings.Join(proxy.DefaultSidecarAcceptHosts, ",")+" (loopback names: a web page cannot reach listproxy by rebinding its DNS name to 127.0.0.1); "+
+			"with --authentication=delegated: every Host (TLS and caller authentication already bind each request to a name and a caller).")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile,
 		"With --authentication=delegated, the serving certificate (PEM, may include intermediates); re-read when it changes. Empty: a self-signed certificate is generated in --cert-dir.")
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile,
@@ -115,12 +125,54 @@ func (o *AuthOptions) validate(listenAddress string) []error {
 	default:
 		errs = append(errs, fmt.Errorf("--authentication: must be %s or %s, got %q", AuthenticationNone, AuthenticationDelegated, o.Mode))
 	}
+	if _, err := proxy.CompileAcceptHosts(splitPatterns(o.AcceptHosts)); err != nil {
+		errs = append(errs, fmt.Errorf("--accept-hosts: %w", err))
+	}
 	for flag, d := range map[string]time.Duration{"--authentication-token-cache-ttl": o.TokenCacheTTL, "--authorization-allow-ttl": o.AllowTTL, "--authorization-deny-ttl": o.DenyTTL} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive, got %v", flag, d))
 		}
 	}
 	return errs
+}
+
+// OriginPolicy is which requests listproxy refuses by their Host and browser
+// origin (see proxy.Config).
+type OriginPolicy struct {
+	AcceptHosts       []*regexp.Regexp
+	RejectCrossOrigin bool
+}
+
+// originPolicy returns the policy of the mode. Without authentication,
+// anything that can reach the port acts as listproxy: only loopback Host
+// names are served by default, and browser requests from another origin
+// are refused whatever the Host (a page cannot be allowed to act as
+// listproxy). With delegated authentication every request must carry a
+// credential a browser does not attach by itself and arrives over TLS, as
+// at the apiserver, which checks neither Host nor Origin: every Host is
+// served unless --accept-hosts says otherwise, and origins are not checked.
+func (o *AuthOptions) originPolicy() (OriginPolicy, error) {
+	patterns := splitPatterns(o.AcceptHosts)
+	sidecar := o.Mode != AuthenticationDelegated
+	if len(patterns) == 0 && sidecar {
+		patterns = proxy.DefaultSidecarAcceptHosts
+	}
+	hosts, err := proxy.CompileAcceptHosts(patterns)
+	if err != nil {
+		return OriginPolicy{}, fmt.Errorf("--accept-hosts: %w", err)
+	}
+	return OriginPolicy{AcceptHosts: hosts, RejectCrossOrigin: sidecar}, nil
+}
+
+// splitPatterns splits a comma-separated list, dropping empty entries.
+func splitPatterns(list string) []string {
+	var out []string
+	for _, p := range strings.Split(list, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // ServingConfig is how delegated mode serves HTTPS.

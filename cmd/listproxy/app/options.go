@@ -145,6 +145,8 @@ type Config struct {
 	Auth *auth.Config
 	// Profiling: see Options.
 	Profiling bool
+	// Origins: which requests are refused by Host and browser origin.
+	Origins OriginPolicy
 	// OnLists, when set, is called with the snapshot server Run starts from
 	// Cache, before it serves. For tests only (test/framework).
 	OnLists func(*lists.Lists)
@@ -185,6 +187,10 @@ func (o *Options) Complete() (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	origins, err := o.Auth.originPolicy()
+	if err != nil {
+		return nil, err
+	}
 	return &Config{
 		Serving:             serving,
 		Auth:                authCfg,
@@ -194,5 +200,6 @@ func (o *Options) Complete() (*Config, error) {
 		ShutdownGracePeriod: o.ShutdownGracePeriod,
 		ShutdownDelay:       o.ShutdownDelay,
 		Profiling:           o.Profiling,
+		Origins:             origins,
 	}, nil
 }

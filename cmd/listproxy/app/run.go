@@ -53,7 +53,10 @@ func Run(ctx context.Context, cfg *Config) error {
 		listServer = l
 		debug = map[string]http.Handler{"consistency": consistency.Handler(l.Consistency())}
 	}
-	h, err := proxy.NewHandler(proxy.Config{Upstream: cfg.Upstream, Lists: listServer, Registry: reg, Auth: cfg.Auth, Debug: debug, Profiling: cfg.Profiling})
+	h, err := proxy.NewHandler(proxy.Config{
+		Upstream: cfg.Upstream, Lists: listServer, Registry: reg, Auth: cfg.Auth, Debug: debug, Profiling: cfg.Profiling,
+		AcceptHosts: cfg.Origins.AcceptHosts, RejectCrossOrigin: cfg.Origins.RejectCrossOrigin,
+	})
 	if err != nil {
 		return err
 	}
