@@ -23,7 +23,11 @@ import (
 
 // The differential test is the specification of listproxy's LIST
 // semantics: for the same request at the same resourceVersion, listproxy's
-// answer must equal the apiserver's. Objects change while it runs.
+// answer must equal the apiserver's, in all four resourceVersion modes
+// (unset, i.e. consistent, proven against etcd; "0"; NotOlderThan; Exact),
+// whether a snapshot answered or the request passed through. A consistent
+// answer must also be at least as new as the apiserver's state when it was
+// asked. Objects change while it runs.
 
 const (
 	acceptJSON      = "application/json"
@@ -68,7 +72,13 @@ const (
 	rvZero rvMode = iota
 	rvNotOlderThan
 	rvExact
+	rvConsistent // resourceVersion unset
+	numRVModes
 )
+
+var rvModeNames = [...]string{rvZero: "0", rvNotOlderThan: "NotOlderThan", rvExact: "Exact", rvConsistent: "unset"}
+
+func (m rvMode) String() string { return rvModeNames[m] }
 
 type request struct {
 	target        target
@@ -82,7 +92,7 @@ type request struct {
 }
 
 func (r request) String() string {
-	return fmt.Sprintf("%s %v label=%q field=%q limit=%d mode=%d rv=%d", r.target.path, r.format, r.labelSelector, r.fieldSelector, r.limit, r.mode, r.rv)
+	return fmt.Sprintf("%s %v label=%q field=%q limit=%d resourceVersion=%v rv=%d", r.target.path, r.format, r.labelSelector, r.fieldSelector, r.limit, r.mode, r.rv)
 }
 
 func (r request) query() url.Values {
@@ -105,6 +115,7 @@ func (r request) query() url.Values {
 	case rvExact:
 		q.Set("resourceVersion", strconv.FormatUint(r.rv, 10))
 		q.Set("resourceVersionMatch", "Exact")
+	case rvConsistent:
 	}
 	return q
 }
@@ -164,6 +175,7 @@ func fmtCount(n *int64) string {
 
 type diffStats struct {
 	requests, snapshot, passThrough, pagesCompared, walks atomic.Int64
+	byMode                                                [numRVModes]atomic.Int64 // requests served from snapshots
 }
 
 func TestDifferentialAgainstAPIServer(t *testing.T) {
@@ -174,7 +186,8 @@ func TestDifferentialAgainstAPIServer(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	createWidgetCRD(t, cp.AdminConfig)
 	w := seed(t, cp, 4, 150, 40, 12)
-	lp := framework.StartListproxy(t, cp)
+	// With etcd, consistent reads are served from snapshots once proven.
+	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
 
 	lpc := newRawClient(t, lp.Config())
 	apic := newRawClient(t, cp.AdminConfig)
@@ -228,6 +241,13 @@ func TestDifferentialAgainstAPIServer(t *testing.T) {
 	if served, total := stats.snapshot.Load(), stats.requests.Load(); served*10 < total*9 {
 		t.Errorf("only %d of %d requests were served from snapshots; want at least 90%%", served, total)
 	}
+	for m := range numRVModes {
+		if n := stats.byMode[m].Load(); n == 0 {
+			t.Errorf("no request with resourceVersion=%v was served from a snapshot", m)
+		} else {
+			t.Logf("resourceVersion=%v: %d served from snapshots", m, n)
+		}
+	}
 }
 
 // warmUp lists every target in every format through listproxy until a
@@ -277,32 +297,57 @@ func randomRequest(rng *rand.Rand, tgts []target, recentRVs []uint64) request {
 	default:
 		req.limit = 1 + rng.IntN(600)
 	}
-	req.mode = rvMode(rng.IntN(3))
-	if len(recentRVs) == 0 {
+	req.mode = rvMode(rng.IntN(int(numRVModes)))
+	if len(recentRVs) == 0 && (req.mode == rvNotOlderThan || req.mode == rvExact) {
 		req.mode = rvZero
-	} else {
+	} else if len(recentRVs) > 0 {
 		req.rv = recentRVs[len(recentRVs)-1-rng.IntN(min(len(recentRVs), 20))]
 	}
 	req.walk = req.limit > 0 && rng.IntN(4) == 0 && !tg.noWalk[req.fieldSelector]
 	return req
 }
 
-// checkRequest sends req to listproxy and, when a snapshot answered, the
-// same request at the same resourceVersion to the apiserver, and compares
-// every page. It returns the listproxy answer's resourceVersion.
+// checkRequest sends req to listproxy and the same request at the
+// resourceVersion of its answer to the apiserver, and compares every page;
+// answers that passed through are compared too. It returns the listproxy
+// answer's resourceVersion.
 func checkRequest(ctx context.Context, t *testing.T, lpc, apic rawClient, req request, stats *diffStats) (uint64, string) {
 	stats.requests.Add(1)
+	// A consistent read must reflect every write completed before it was
+	// sent: the apiserver's own consistent read, made just before, is the
+	// floor.
+	var floor uint64
+	if req.mode == rvConsistent {
+		code, _, body, err := apic.get(ctx, req.target.path, url.Values{"limit": {"1"}}, acceptJSON)
+		if err != nil || code != http.StatusOK {
+			return 0, fmt.Sprintf("apiserver consistent read: HTTP %d %v: %.300s", code, err, body)
+		}
+		p, err := decodePage(wire.JSON, body)
+		if err != nil {
+			return 0, fmt.Sprintf("decode apiserver consistent read: %v", err)
+		}
+		if floor, err = strconv.ParseUint(p.env.ListMeta.ResourceVersion, 10, 64); err != nil {
+			return 0, fmt.Sprintf("apiserver resourceVersion %q", p.env.ListMeta.ResourceVersion)
+		}
+	}
 	code, hdr, body, err := lpc.get(ctx, req.target.path, req.query(), formatAccept[req.format])
 	if err != nil {
 		return 0, fmt.Sprintf("listproxy: %v", err)
 	}
-	if hdr.Get("X-Listproxy-Served-From") != "snapshot" {
+	fromSnapshot := hdr.Get("X-Listproxy-Served-From") == "snapshot"
+	if fromSnapshot {
+		stats.snapshot.Add(1)
+		stats.byMode[req.mode].Add(1)
+	} else {
 		stats.passThrough.Add(1)
+	}
+	if code == http.StatusGone && !fromSnapshot && req.mode == rvExact {
+		// The apiserver's own answer for a resourceVersion it compacted
+		// or, for an Exact read, no longer has in its watch cache.
 		return 0, ""
 	}
-	stats.snapshot.Add(1)
 	if code != http.StatusOK {
-		return 0, fmt.Sprintf("listproxy HTTP %d from a snapshot: %.300s", code, body)
+		return 0, fmt.Sprintf("listproxy HTTP %d (served from %q): %.300s", code, hdr.Get("X-Listproxy-Served-From"), body)
 	}
 	if got, want := hdr.Get("Content-Type"), req.format.ContentType(); got != want {
 		return 0, fmt.Sprintf("Content-Type %q, want %q", got, want)
@@ -320,6 +365,9 @@ func checkRequest(ctx context.Context, t *testing.T, lpc, apic rawClient, req re
 	}
 	if req.mode == rvExact && rv != req.rv {
 		return rv, fmt.Sprintf("exact read served resourceVersion %d", rv)
+	}
+	if req.mode == rvConsistent && rv < floor {
+		return rv, fmt.Sprintf("consistent read served resourceVersion %d, older than the apiserver's %d just before", rv, floor)
 	}
 
 	// The oracle: the apiserver at exactly that resourceVersion.
@@ -362,7 +410,7 @@ func checkRequest(ctx context.Context, t *testing.T, lpc, apic rawClient, req re
 		if err != nil || code != http.StatusOK {
 			return rv, fmt.Sprintf("listproxy page %d: HTTP %d %v: %.300s", pages+1, code, err, body)
 		}
-		if hdr.Get("X-Listproxy-Served-From") != "snapshot" {
+		if fromSnapshot && hdr.Get("X-Listproxy-Served-From") != "snapshot" {
 			return rv, fmt.Sprintf("listproxy page %d passed through", pages+1)
 		}
 		if lpPage, err = decodePage(req.format, body); err != nil {

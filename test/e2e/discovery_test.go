@@ -120,30 +120,64 @@ func TestDiscoveryFollowsCRDs(t *testing.T) {
 	servedEqual(url.Values{"resourceVersion": {"0"}})
 	servedEqual(url.Values{"resourceVersion": {"0"}, "fieldSelector": {"spec.shape=v1"}})
 
-	// 2. Deleted: once the apiserver says 404, so does listproxy, promptly.
+	// 2. Deleted: once the apiserver says 404, so does listproxy, promptly
+	// (within a few discovery refreshes), and never with stale objects. The
+	// apiserver deletes every object before the resource goes, so from the
+	// moment it says 404 a 200 from listproxy may only be an empty list (a
+	// resourceVersion=0 read may be answered from any earlier state); one
+	// with objects is stale.
 	if err := crds.Delete(ctx, "gizmos.demo.listproxy.io", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus := func(c rawClient, who string, want int) {
-		t.Helper()
-		var got int
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-			code, _, _, err := c.get(ctx, gizmoPath, url.Values{"resourceVersion": {"0"}}, acceptJSON)
-			got = code
-			return err == nil && code == want, nil
-		})
-		if err != nil {
-			t.Fatalf("%s: list answered HTTP %d, want %d", who, got, want)
+	const prompt = 5 * time.Second // five --discovery-refresh-interval
+	var apiGoneAt time.Time
+	var stale []string
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		q := url.Values{"resourceVersion": {"0"}}
+		if apiGoneAt.IsZero() {
+			code, _, _, err := apic.get(ctx, gizmoPath, q, acceptJSON)
+			if err == nil && code == http.StatusNotFound {
+				apiGoneAt = time.Now()
+			}
 		}
+		code, hdr, body, err := lpc.get(ctx, gizmoPath, q, acceptJSON)
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("HTTP %d from %q: %.200s", code, hdr.Get("X-Listproxy-Served-From"), body)
+		switch {
+		case apiGoneAt.IsZero():
+			return false, nil
+		case code == http.StatusNotFound:
+			return true, nil
+		case code == http.StatusOK && len(stale) < 5:
+			p, err := decodePage(wire.JSON, body)
+			if err != nil || len(p.items) > 0 {
+				stale = append(stale, fmt.Sprintf("%v after the apiserver's 404: %s", time.Since(apiGoneAt).Round(time.Millisecond), last))
+			}
+		}
+		return false, nil
+	})
+	if apiGoneAt.IsZero() {
+		t.Fatalf("apiserver never answered 404 after the CRD was deleted: %v", err)
 	}
-	waitStatus(apic, "apiserver", http.StatusNotFound)
-	start := time.Now()
-	waitStatus(lpc, "listproxy", http.StatusNotFound)
-	t.Logf("listproxy answered 404 %v after the apiserver", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("listproxy never answered 404 (last: %s): %v", last, err)
+	}
+	took := time.Since(apiGoneAt)
+	t.Logf("listproxy answered 404 %v after the apiserver", took.Round(time.Millisecond))
+	for _, s := range stale {
+		t.Errorf("stale answer from listproxy: %s", s)
+	}
+	if took > prompt {
+		t.Errorf("listproxy answered 404 %v after the apiserver, want within %v", took.Round(time.Millisecond), prompt)
+	}
 
 	// 3. Recreated with another selectable field: only new objects, and the
 	// new field selects.
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		_, err := crds.Create(ctx, gizmoCRD("spec.tone"), metav1.CreateOptions{})
 		return err == nil, nil // the old one may still be terminating
 	})
