@@ -193,6 +193,9 @@ func (o *AuthOptions) complete(listenAddress string) (*ServingConfig, *auth.Conf
 	if o.Mode != AuthenticationDelegated {
 		if o.AllowUnauthenticatedNonLoopback && validateLoopback(listenAddress) != nil {
 			klog.InfoS("WARNING: --allow-unauthenticated-non-loopback: listproxy serves plain HTTP WITHOUT AUTHENTICATION on a non-loopback address; anyone who reaches it acts with listproxy's identity", "address", listenAddress)
+			if o.AcceptHosts == "" {
+				klog.InfoS("--accept-hosts is unset: only requests for loopback Host names are served; set it to the names clients use to reach this address")
+			}
 		}
 		return nil, nil, nil
 	}
