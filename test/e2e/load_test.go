@@ -435,13 +435,14 @@ func testLoadSlowReader(ctx context.Context, t *testing.T, cp *framework.Control
 		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
 		return errors.Join(err, serr)
 	}}
-	conn, err := dialer.DialContext(ctx, "tcp", strings.TrimPrefix(lp.URL, "http://"))
+	addr := strings.TrimPrefix(lp.URL, "http://")
+	conn, err := dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	stuckAt := time.Now()
-	if _, err := fmt.Fprintf(conn, "GET %s?%s HTTP/1.1\r\nHost: listproxy\r\nAccept: application/json\r\n\r\n", path, full.Encode()); err != nil {
+	if _, err := fmt.Fprintf(conn, "GET %s?%s HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n\r\n", path, full.Encode(), addr); err != nil {
 		t.Fatal(err)
 	}
 	awaitMetric(ctx, t, lp.URL, 30*time.Second, 1, "listproxy_lists_inflight")
