@@ -75,6 +75,10 @@ type targetSpec struct {
 	FreshnessP99Max float64 `json:"freshness_wait_p99_max_s,omitempty"`
 }
 
+// minCPUTicks is the fewest clock ticks of CPU time a side must have used
+// for its CPU figure to count.
+const minCPUTicks = 5.0
+
 // contentCheck names the check of listproxy's answers against the
 // apiserver's at the same resourceVersion.
 const contentCheck = "content = apiserver at same RV"
@@ -144,8 +148,16 @@ func (r *row) evaluate() {
 	}
 	add(contentCheck, "all equal", float64(p.ContentMismatch),
 		fmt.Sprintf("%d/%d equal", p.ContentChecked-p.ContentMismatch, p.ContentChecked), p.ContentChecked > 0 && p.ContentMismatch == 0)
+	// CPU time comes in clock ticks: a side that used fewer than
+	// minCPUTicks of them was not measured, and a ratio over it (often
+	// infinite) proves nothing.
+	measured := p.CPUTotal >= minCPUTicks/clockTicks && r.Direct.CPUTotal >= minCPUTicks/clockTicks
 	if t.CPU > 0 {
-		add("CPU", fmt.Sprintf("≥ %g×", t.CPU), float64(r.CPURatio), fmt.Sprintf("%.1f×", r.CPURatio), float64(r.CPURatio) >= t.CPU)
+		text := fmt.Sprintf("%.1f×", r.CPURatio)
+		if !measured {
+			text = "not measured (under " + fmt.Sprint(minCPUTicks) + " clock ticks; raise BENCH_REPS)"
+		}
+		add("CPU", fmt.Sprintf("≥ %g×", t.CPU), float64(r.CPURatio), text, measured && float64(r.CPURatio) >= t.CPU)
 	}
 	if t.Wall > 0 {
 		add("wall p50", fmt.Sprintf("≥ %g×", t.Wall), float64(r.WallRatio), fmt.Sprintf("%.1f×", r.WallRatio), float64(r.WallRatio) >= t.Wall)
@@ -160,7 +172,11 @@ func (r *row) evaluate() {
 	}
 	if t.ProxiedCPUMax > 0 {
 		got := r.Proxied.CPUPerRequest
-		add("listproxy CPU per walk", "≤ "+ms(t.ProxiedCPUMax), got, ms(got), got <= t.ProxiedCPUMax)
+		text := ms(got)
+		if p.CPUTotal < minCPUTicks/clockTicks {
+			text = "not measured (under " + fmt.Sprint(minCPUTicks) + " clock ticks; raise BENCH_REPS)"
+		}
+		add("listproxy CPU per walk", "≤ "+ms(t.ProxiedCPUMax), got, text, p.CPUTotal >= minCPUTicks/clockTicks && got <= t.ProxiedCPUMax)
 	}
 	if t.FreshnessP99Max > 0 {
 		got := float64(r.Proxied.Extra["freshness_wait_p99_s"])
