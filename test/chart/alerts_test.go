@@ -42,7 +42,7 @@ func alerts(t *testing.T) map[string]map[string]string {
 		t.Fatal(err)
 	}
 	var f ruleFile
-	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+	if err := yaml.Unmarshal(data, &f); err != nil {
 		t.Fatalf("%s: %v", alertRules, err)
 	}
 	out := map[string]map[string]string{}
