@@ -87,15 +87,17 @@ func TestDashboardAndAlertsInPrometheus(t *testing.T) {
 	all := map[string]string{"namespace": ".*", "job": ".*", "resource": ".*", "apiserver_job": ".*"}
 
 	t.Run("variables", func(t *testing.T) {
+		checks := map[string]func() (bool, string){}
 		for _, v := range dash.variables {
-			awaitData(t, fmt.Sprintf("variable %s", v.name), func() (bool, string) {
+			checks["variable "+v.name] = func() (bool, string) {
 				values, err := prom.labelValues(ctx, v.label, expand(v.match, all))
 				if err != nil {
 					return false, err.Error()
 				}
 				return len(values) > 0, fmt.Sprint(values)
-			})
+			}
 		}
+		awaitAll(t, checks)
 	})
 
 	// With "All" selected and with one resource selected: a panel that
@@ -109,21 +111,23 @@ func TestDashboardAndAlertsInPrometheus(t *testing.T) {
 		{"resource_configmaps", map[string]string{"namespace": promNamespace, "job": promJob, "resource": "configmaps", "apiserver_job": promAPIJob}},
 	} {
 		t.Run("panels_"+sel.name, func(t *testing.T) {
+			checks := map[string]func() (bool, string){}
 			for _, q := range dash.queries {
 				query := expand(q.expr, sel.vars)
-				awaitData(t, q.name, func() (bool, string) {
+				checks[q.name] = func() (bool, string) {
 					n, err := prom.query(ctx, query)
 					if err != nil {
 						return false, err.Error()
 					}
 					return n > 0, fmt.Sprintf("%d series for %s", n, query)
-				})
+				}
 			}
+			awaitAll(t, checks)
 		})
 	}
 
 	t.Run("alert_rules", func(t *testing.T) {
-		awaitData(t, "alert rules", func() (bool, string) {
+		awaitAll(t, map[string]func() (bool, string){"alert rules": func() (bool, string) {
 			rules, err := prom.alertRules(ctx)
 			if err != nil {
 				return false, err.Error()
@@ -135,7 +139,7 @@ func TestDashboardAndAlertsInPrometheus(t *testing.T) {
 				}
 			}
 			return len(rules) == alertCount(t, rulesFile) && len(bad) == 0, fmt.Sprintf("%d rules loaded; %s", len(rules), strings.Join(bad, "; "))
-		})
+		}})
 	})
 }
 
@@ -177,19 +181,32 @@ func driveTraffic(ctx context.Context, lpc rawClient) {
 	}
 }
 
-// awaitData polls check until it reports true, failing the test with its
-// last detail after a minute: the scrapes and rule evaluations it waits for
-// happen every second.
-func awaitData(t *testing.T, what string, check func() (bool, string)) {
+// awaitAll polls every check until each has reported true once, and fails
+// the test naming those that never did, with their last detail, after a
+// minute: the scrapes and rule evaluations they wait for happen every second.
+func awaitAll(t *testing.T, checks map[string]func() (bool, string)) {
 	t.Helper()
-	var detail string
-	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		var ok bool
-		ok, detail = check()
-		return ok, nil
+	pending := map[string]string{}
+	for name := range checks {
+		pending[name] = "not run"
+	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		for name := range pending {
+			if ok, detail := checks[name](); ok {
+				delete(pending, name)
+			} else {
+				pending[name] = detail
+			}
+		}
+		return len(pending) == 0, nil
 	})
-	if err != nil {
-		t.Errorf("%s: %v; last: %s", what, err, detail)
+	names := make([]string, 0, len(pending))
+	for name := range pending {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Errorf("%s: no data within a minute; last: %s", name, pending[name])
 	}
 }
 
