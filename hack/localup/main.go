@@ -199,8 +199,11 @@ func printTryThis(w io.Writer, kubeconfig, listproxyURL string) {
 	for _, args := range framework.QuickStartKubectl {
 		fmt.Fprintf(w, "  kubectl %s\n", strings.Join(args, " "))
 	}
-	fmt.Fprintf(w, "  # The response header says who answered:\n")
-	fmt.Fprintf(w, "  curl -s -D - -o /dev/null '%s/api/v1/pods?limit=1' | grep -i x-listproxy-served-from\n", listproxyURL)
+	fmt.Fprintf(w, "  # The response header says who answered (curl's own user agent would ask\n")
+	fmt.Fprintf(w, "  # for pretty-printed JSON, which passes through):\n")
+	curl := framework.QuickStartCurl(listproxyURL)
+	last := len(curl) - 1
+	fmt.Fprintf(w, "  curl %s '%s' | grep -i x-listproxy-served-from\n", strings.Join(curl[:last], " "), curl[last])
 	fmt.Fprintf(w, "  # LISTs answered from snapshots (source=\"snapshot\") vs passed through (source=\"apiserver\"):\n")
 	fmt.Fprintf(w, "  curl -s %s/metrics | grep '%s'\n\n", listproxyURL, framework.QuickStartOffloadPattern)
 	fmt.Fprintf(w, "  # Passes through: plain 'kubectl get pods -A' (and -o wide) asks for a Table,\n")

@@ -18,6 +18,14 @@ var QuickStartKubectl = [][]string{
 	{"get", "pods", "-A", "-o", "json"},
 }
 
+// QuickStartCurl returns the arguments of the curl that 'make run' prints to
+// show who answered a LIST: it prints the response headers. The user agent
+// is not curl's: the apiserver pretty-prints JSON for curl, wget and
+// browsers, and listproxy passes pretty-printed LISTs through.
+func QuickStartCurl(baseURL string) []string {
+	return []string{"-s", "-D", "-", "-o", "/dev/null", "-A", "kubectl", baseURL + "/api/v1/pods?limit=1"}
+}
+
 // QuickStartOffloadPattern selects the lines of listproxy's /metrics that
 // show LISTs answered from snapshots next to those passed through
 // ('make run' prints it as a grep pattern).
