@@ -17,7 +17,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/listproxy/listproxy/pkg/snapshot/wire"
+	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
 	"github.com/listproxy/listproxy/test/framework/freeport"
 )
