@@ -4,7 +4,7 @@ GO ?= go
 OUT := _output
 BIN := $(OUT)/bin
 
-.PHONY: all build deps run test test-unit test-e2e verify bench fuzz soak clean
+.PHONY: all build deps control-plane prometheus run test test-unit test-e2e verify bench fuzz soak clean
 
 all: build
 
@@ -12,12 +12,19 @@ all: build
 build:
 	$(GO) build -o $(BIN)/listproxy ./cmd/listproxy
 
-## deps: build the pinned etcd, kube-apiserver, kube-controller-manager and kubectl (no-op when current)
-deps:
+## deps: build everything the tests need into _output/bin (no-op when current)
+deps: control-plane prometheus
+
+## control-plane: the pinned etcd, kube-apiserver, kube-controller-manager and kubectl (no-op when current)
+control-plane:
 	hack/build-deps.sh
 
+## prometheus: the pinned Prometheus server and promtool the tests use (no-op when current)
+prometheus:
+	hack/build-prometheus.sh
+
 ## run: local etcd + kube-apiserver + controllers, demo data, listproxy in front
-run: deps build
+run: control-plane build
 	$(GO) run ./hack/localup
 
 ## test: unit tests with -race, then e2e against the real control plane
@@ -39,12 +46,12 @@ clean:
 	rm -rf $(OUT)
 
 ## soak: the linearizability test for as long as asked (LISTPROXY_SOAK_DURATION, default 10m)
-soak: deps
+soak: control-plane
 	LISTPROXY_BIN_DIR=$(abspath $(BIN)) LISTPROXY_SOAK_DURATION=$${LISTPROXY_SOAK_DURATION:-10m} \
 		$(GO) test -count=1 -timeout 0 -run '^TestLinearizableReads$$' -v ./test/e2e/
 
 ## bench: listproxy side by side with the apiserver on the same data (BENCH_PODS, BENCH_CHURN, BENCH_REPS, BENCH_OUT; see hack/bench)
-bench: deps build
+bench: control-plane build
 	$(GO) run ./hack/bench
 
 ## fuzz: every fuzz target in turn for FUZZTIME each (default 30s); `make test` already runs their seed corpora

@@ -3,8 +3,9 @@ package main
 
 import (
 	"context"
-	goflag "flag"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/spf13/pflag"
 	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/cmd/listproxy/app"
@@ -29,41 +32,61 @@ func main() {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	opts := app.NewOptions()
-	var sections cliflag.NamedFlagSets
-	opts.AddFlags(sections.FlagSet("listproxy"))
-	klogFlags := goflag.NewFlagSet("klog", goflag.ExitOnError)
-	klog.InitFlags(klogFlags)
-	sections.FlagSet("logging").AddGoFlagSet(klogFlags)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
-	fs := pflag.NewFlagSet("listproxy", pflag.ExitOnError)
+// run is listproxy's command line: it parses args, prints the version or
+// applies the logging configuration and serves until SIGINT or SIGTERM. It
+// returns the exit code: 0 after a shutdown, --help or --version, 1 when
+// listproxy cannot start or serve, 2 for flags that do not parse.
+func run(args []string, stdout, stderr io.Writer) int {
+	opts := app.NewOptions()
+	sections := opts.Flags()
+	fs := pflag.NewFlagSet("listproxy", pflag.ContinueOnError)
 	fs.SetNormalizeFunc(cliflag.WordSepNormalizeFunc)
+	fs.SetOutput(stderr)
 	for _, name := range sections.Order {
 		fs.AddFlagSet(sections.FlagSets[name])
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(os.Stderr, "Usage: listproxy [flags]\n\nlistproxy is a caching reverse proxy for the Kubernetes API: it answers LISTs from snapshots and passes every other request through to the apiserver with its own credentials.\n")
-		cliflag.PrintSections(os.Stderr, sections, 0)
+		fmt.Fprintf(stderr, "Usage: listproxy [flags]\n\nlistproxy is a caching reverse proxy for the Kubernetes API: it answers LISTs from snapshots and passes every other request through to the apiserver with its own credentials.\n")
+		cliflag.PrintSections(stderr, sections, 0)
 	}
-	_ = fs.Parse(os.Args[1:]) // ExitOnError
-
-	if err := run(opts); err != nil {
-		klog.Flush()
-		fmt.Fprintf(os.Stderr, "listproxy: %v\n", err)
-		os.Exit(1)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "listproxy: %v\n", err)
+		return 2
 	}
-	klog.Flush()
-}
-
-func run(opts *app.Options) error {
+	if opts.Version {
+		bi, _ := debug.ReadBuildInfo()
+		fmt.Fprint(stdout, app.VersionInfo(bi))
+		return 0
+	}
 	if err := opts.Validate(); err != nil {
-		return err
+		fmt.Fprintf(stderr, "listproxy: %v\n", err)
+		return 1
 	}
+	// Applied before anything else logs; Validate checked it.
+	if err := logsapi.ValidateAndApply(opts.Logs, nil); err != nil {
+		fmt.Fprintf(stderr, "listproxy: %v\n", err)
+		return 1
+	}
+	defer logs.FlushLogs()
+	klog.InfoS("Starting listproxy", "version", app.Version)
+	cliflag.PrintFlags(fs) // at -v=1, as Kubernetes components do
+
 	cfg, err := opts.Complete()
 	if err != nil {
-		return err
+		klog.ErrorS(err, "Cannot start")
+		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return app.Run(ctx, cfg)
+	if err := app.Run(ctx, cfg); err != nil {
+		klog.ErrorS(err, "Serving failed")
+		return 1
+	}
+	return 0
 }

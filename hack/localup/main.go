@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -153,22 +154,23 @@ func run() error {
 		if err := cp.WriteKubeconfig(kubeconfig, listproxyURL, "", true); err != nil {
 			return err
 		}
+		// Fill the pods store now, so that the first command tried is
+		// answered from it rather than passed through while it syncs.
+		if err := framework.WarmList(ctx, http.DefaultClient, listproxyURL, "/api/v1/pods"); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
 	logf("ready in %s", time.Since(begin).Round(time.Millisecond))
 
 	fmt.Println()
 	if skipListproxy {
 		fmt.Println("The local kube-apiserver is running (listproxy skipped).")
+		fmt.Printf("  export KUBECONFIG=%s\n", kubeconfig)
 	} else {
-		fmt.Println("listproxy is running in front of a local kube-apiserver.")
-	}
-	fmt.Printf("  export KUBECONFIG=%s\n", kubeconfig)
-	fmt.Println("  kubectl get pods -A --chunk-size=500")
-	if !skipListproxy {
-		fmt.Printf("  curl -s -D - -o /dev/null -A kubectl '%s/api/v1/pods?limit=1' | grep X-Listproxy\n", listproxyURL)
-	}
-	if !skipListproxy {
-		fmt.Printf("  curl -s %s/metrics | grep listproxy_\n", listproxyURL)
+		printTryThis(os.Stdout, kubeconfig, listproxyURL)
 	}
 	fmt.Printf("(apiserver %s, etcd %s, logs in %s)\n", cp.APIServerURL, cp.EtcdEndpoint, localDir)
 	fmt.Println("Press Ctrl-C to stop.")
@@ -184,6 +186,28 @@ func run() error {
 	case <-listproxyDone:
 		return listproxy.ExitError()
 	}
+}
+
+// printTryThis prints commands whose answers come from listproxy's
+// snapshots, and how to see that they did. test/e2e's TestQuickStart runs
+// the same commands (framework.QuickStartKubectl) and checks where their
+// answers came from.
+func printTryThis(w io.Writer, kubeconfig, listproxyURL string) {
+	fmt.Fprintf(w, "listproxy is running in front of a local kube-apiserver. Try:\n\n")
+	fmt.Fprintf(w, "  export KUBECONFIG=%s\n\n", kubeconfig)
+	fmt.Fprintf(w, "  # Answered from listproxy's snapshots (consistent reads, proven fresh via etcd):\n")
+	for _, args := range framework.QuickStartKubectl {
+		fmt.Fprintf(w, "  kubectl %s\n", strings.Join(args, " "))
+	}
+	fmt.Fprintf(w, "  # The response header says who answered (curl's own user agent would ask\n")
+	fmt.Fprintf(w, "  # for pretty-printed JSON, which passes through):\n")
+	curl := framework.QuickStartCurl(listproxyURL)
+	last := len(curl) - 1
+	fmt.Fprintf(w, "  curl %s '%s' | grep -i x-listproxy-served-from\n", strings.Join(curl[:last], " "), curl[last])
+	fmt.Fprintf(w, "  # LISTs answered from snapshots (source=\"snapshot\") vs passed through (source=\"apiserver\"):\n")
+	fmt.Fprintf(w, "  curl -s %s/metrics | grep '%s'\n\n", listproxyURL, framework.QuickStartOffloadPattern)
+	fmt.Fprintf(w, "  # Passes through: plain 'kubectl get pods -A' (and -o wide) asks for a Table,\n")
+	fmt.Fprintf(w, "  # whose columns only the apiserver renders (README, \"What passes through\").\n")
 }
 
 // waitReady polls url until it answers 200, p exits, two minutes pass or ctx ends.

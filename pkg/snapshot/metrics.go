@@ -14,6 +14,7 @@ type Metrics struct {
 	bytes         *prometheus.GaugeVec
 	historyDepth  *prometheus.GaugeVec
 	historyBytes  *prometheus.GaugeVec
+	historyMax    *prometheus.GaugeVec
 	rv            *prometheus.GaugeVec
 	relists       *prometheus.CounterVec
 	watchRestarts *prometheus.CounterVec
@@ -32,6 +33,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		bytes:        gauge("bytes", "Encoded bytes of the objects in the latest snapshot."),
 		historyDepth: gauge("history_depth", "Superseded snapshots retained for exact and continued reads."),
 		historyBytes: gauge("history_bytes", "Encoded bytes held only by retained history snapshots."),
+		historyMax:   gauge("history_max_bytes", "The bound on history_bytes now: the tighter of the byte and ratio bounds; 0 is none."),
 		rv:           gauge("resource_version", "resourceVersion up to which the store has every change."),
 		relists: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "relists_total",
 			Help: "Complete lists that (re)filled a store."}, labels),
@@ -40,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		watchHealthy: gauge("watch_healthy", "1 while the store's watch is open (the store follows the apiserver), 0 while it lists, relists or reconnects."),
 		lastProgress: gauge("last_progress_timestamp_seconds", "Unix time of the store's last complete list, watch event or bookmark."),
 	}
-	for _, c := range []prometheus.Collector{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.rv, m.relists, m.watchRestarts, m.watchHealthy, m.lastProgress} {
+	for _, c := range []prometheus.Collector{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.historyMax, m.rv, m.relists, m.watchRestarts, m.watchHealthy, m.lastProgress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register snapshot metrics: %w", err)
 		}
@@ -64,6 +66,7 @@ func (m *Metrics) For(resource, format string) StoreObservers {
 	}
 	objects, bytes := m.objects.WithLabelValues(resource, format), m.bytes.WithLabelValues(resource, format)
 	depth, hbytes := m.historyDepth.WithLabelValues(resource, format), m.historyBytes.WithLabelValues(resource, format)
+	hmax := m.historyMax.WithLabelValues(resource, format)
 	rv, relists := m.rv.WithLabelValues(resource, format), m.relists.WithLabelValues(resource, format)
 	for _, reason := range RestartReasons {
 		m.watchRestarts.WithLabelValues(resource, format, reason) // export zeros, so rates start at 0
@@ -76,6 +79,7 @@ func (m *Metrics) For(resource, format string) StoreObservers {
 			bytes.Set(float64(s.Bytes))
 			depth.Set(float64(s.HistoryDepth))
 			hbytes.Set(float64(s.HistoryBytes))
+			hmax.Set(float64(s.HistoryMaxBytes))
 			rv.Set(float64(s.RV))
 		},
 		OnRelist:       relists.Inc,
@@ -96,7 +100,7 @@ func (m *Metrics) Forget(resource, format string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.GaugeVec{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.rv, m.watchHealthy, m.lastProgress} {
+	for _, v := range []*prometheus.GaugeVec{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.historyMax, m.rv, m.watchHealthy, m.lastProgress} {
 		v.DeleteLabelValues(resource, format)
 	}
 }

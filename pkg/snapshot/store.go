@@ -69,7 +69,10 @@ type Stats struct {
 	Bytes        int64
 	HistoryDepth int
 	HistoryBytes int64
-	RV           uint64
+	// HistoryMaxBytes is the byte bound on history now (the tighter of
+	// HistoryMaxBytes and HistoryMaxRatio); 0 is no bound.
+	HistoryMaxBytes int64
+	RV              uint64
 }
 
 // view is what readers see; it is immutable once published.
@@ -389,7 +392,7 @@ func (s *Store) publishLocked(v *view) {
 	old := s.current.Swap(v)
 	close(old.next)
 	if s.cfg.OnPublish != nil {
-		stats := Stats{Objects: v.latest.Len(), Bytes: v.latest.bytes, HistoryDepth: len(v.history) - 1, HistoryBytes: s.historyBytes, RV: v.progress}
+		stats := Stats{Objects: v.latest.Len(), Bytes: v.latest.bytes, HistoryDepth: len(v.history) - 1, HistoryBytes: s.historyBytes, HistoryMaxBytes: s.historyMaxBytesLocked(), RV: v.progress}
 		// OnPublish must not call back into the store; it runs under mu so
 		// that metrics follow publication order.
 		s.cfg.OnPublish(stats)

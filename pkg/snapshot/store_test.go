@@ -272,3 +272,40 @@ func TestWaitFor(t *testing.T) {
 		t.Errorf("WaitFor on cancelled ctx = %v, want context.Canceled", err)
 	}
 }
+
+// Published stats carry the history bound in force, so that metrics can
+// show how close history is to it.
+func TestStatsHistoryMaxBytes(t *testing.T) {
+	big := func(name string, rv uint64) *Entry {
+		e := entry("a", name, rv, "")
+		e.Raw = make([]byte, 1<<20)
+		return e
+	}
+	var live []*Entry
+	for i := range 100 {
+		live = append(live, big(fmt.Sprintf("p%03d", i), uint64(i+1)))
+	}
+	tests := []struct {
+		name    string
+		cfg     StoreConfig
+		entries []*Entry
+		want    int64
+	}{
+		{name: "no_bound", cfg: StoreConfig{History: time.Hour}, entries: live, want: 0},
+		{name: "bytes", cfg: StoreConfig{History: time.Hour, HistoryMaxBytes: 5 << 20}, entries: live, want: 5 << 20},
+		{name: "ratio", cfg: StoreConfig{History: time.Hour, HistoryMaxRatio: 0.1}, entries: live, want: int64(0.1 * float64(100<<20))},
+		{name: "ratio_floor", cfg: StoreConfig{History: time.Hour, HistoryMaxRatio: 0.1}, entries: []*Entry{entry("a", "p1", 1, "")}, want: HistoryMinBytes},
+		{name: "tighter_of_both", cfg: StoreConfig{History: time.Hour, HistoryMaxRatio: 0.1, HistoryMaxBytes: 6 << 20}, entries: live, want: 6 << 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got Stats
+			tc.cfg.OnPublish = func(s Stats) { got = s }
+			s := NewStore(tc.cfg)
+			s.Replace(tc.entries, 100)
+			if got.HistoryMaxBytes != tc.want {
+				t.Errorf("HistoryMaxBytes = %d, want %d (live bytes %d)", got.HistoryMaxBytes, tc.want, got.Bytes)
+			}
+		})
+	}
+}

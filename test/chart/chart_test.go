@@ -87,6 +87,7 @@ var variants = []variant{
 			r.mustHave(t, "PodDisruptionBudget", fullname)
 			r.mustNotHave(t, "HorizontalPodAutoscaler", fullname)
 			r.mustNotHave(t, "ServiceMonitor", fullname)
+			r.mustNotHave(t, "PrometheusRule", fullname)
 			// No client CA: no caller is ever impersonated, so no
 			// impersonation right.
 			checkRules(t, r, append(cacheAll(), serviceModeRules()...))
@@ -215,6 +216,33 @@ var variants = []variant{
 			if len(eps) != 1 || eps[0].(map[string]any)["port"] != "https" || eps[0].(map[string]any)["path"] != "/metrics" {
 				t.Errorf("ServiceMonitor endpoints = %v, want port https path /metrics", eps)
 			}
+			checkPrometheusRule(t, r, map[string]string{"release": "prometheus"})
+		},
+	},
+	{
+		name: "service_monitor_rule_labels",
+		args: []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.serviceMonitor.namespace=monitoring",
+			"--set", "metrics.prometheusRule.labels.role=alert-rules"},
+		check: func(t *testing.T, r rendered) {
+			pr := checkPrometheusRule(t, r, map[string]string{"role": "alert-rules"})
+			if got := pr.GetNamespace(); got != "monitoring" {
+				t.Errorf("PrometheusRule namespace = %q, want the ServiceMonitor's (monitoring)", got)
+			}
+		},
+	},
+	{
+		name: "service_monitor_without_rules",
+		args: []string{"--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.prometheusRule.enabled=false"},
+		check: func(t *testing.T, r rendered) {
+			r.mustHave(t, "ServiceMonitor", fullname)
+			r.mustNotHave(t, "PrometheusRule", fullname)
+		},
+	},
+	{
+		name: "extra_args_logging",
+		args: []string{"--set", "extraArgs={--logging-format=json,--v=2}"},
+		check: func(t *testing.T, r rendered) {
+			wantArgs(t, listproxyContainer(t, r.deployment(t)), []string{"--logging-format=json", "--v=2"}, nil)
 		},
 	},
 	{
@@ -412,9 +440,12 @@ func TestAgainstAPIServer(t *testing.T) {
 	// default --validate=strict makes them).
 	t.Run("server_dry_run", func(t *testing.T) {
 		k.createFile(t, filepath.Join("testdata", "servicemonitor-crd.yaml"))
+		k.createFile(t, filepath.Join("testdata", "prometheusrule-crd.yaml"))
 		k.waitCRD(t, "servicemonitors.monitoring.coreos.com")
+		k.waitCRD(t, "prometheusrules.monitoring.coreos.com")
 		ns := "listproxy"
 		k.createNamespace(t, ns)
+		k.createNamespace(t, "monitoring")
 		for _, v := range variants {
 			t.Run(v.name, func(t *testing.T) {
 				for _, obj := range h.template(t, ns, v.args...).objs {
@@ -896,6 +927,39 @@ func checkDashboardConfigMap(t *testing.T, r rendered) {
 	if data != strings.TrimRight(string(want), "\n") {
 		t.Error("dashboard ConfigMap does not carry dashboards/listproxy.json verbatim")
 	}
+}
+
+// checkPrometheusRule checks that the rendered PrometheusRule carries the
+// given labels and exactly the chart's alerts, as in its rule file.
+func checkPrometheusRule(t *testing.T, r rendered, labels map[string]string) *unstructured.Unstructured {
+	t.Helper()
+	pr := r.mustHave(t, "PrometheusRule", fullname)
+	if got := pr.GetAPIVersion(); got != "monitoring.coreos.com/v1" {
+		t.Errorf("PrometheusRule apiVersion = %s", got)
+	}
+	for k, v := range labels {
+		if got := pr.GetLabels()[k]; got != v {
+			t.Errorf("PrometheusRule label %s = %q, want %q", k, got, v)
+		}
+	}
+	var got []string
+	groups, _, _ := unstructured.NestedSlice(pr.Object, "spec", "groups")
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, rule := range rules {
+			got = append(got, rule.(map[string]any)["alert"].(string))
+		}
+	}
+	var want []string
+	for name := range alerts(t) {
+		want = append(want, name)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("PrometheusRule alerts (-want +got):\n%s", diff)
+	}
+	return pr
 }
 
 func checkRules(t *testing.T, r rendered, want []rbacv1.PolicyRule) {

@@ -9,12 +9,16 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 
 	"github.com/listproxy/listproxy/pkg/auth"
 	"github.com/listproxy/listproxy/pkg/lists"
@@ -48,6 +52,11 @@ type Options struct {
 	Auth AuthOptions
 	// Profiling serves Go's pprof profiles under /debug/listproxy/pprof/.
 	Profiling bool
+	// Logs configures logging (--logging-format, -v, --vmodule) as in
+	// every Kubernetes component; main applies it before anything logs.
+	Logs *logsapi.LoggingConfiguration
+	// Version asks for the version to be printed instead of serving.
+	Version bool
 }
 
 // NewOptions returns Options with defaults.
@@ -57,7 +66,19 @@ func NewOptions() *Options {
 		ShutdownGracePeriod: defaultShutdownGracePeriod,
 		Cache:               newCacheOptions(),
 		Auth:                newAuthOptions(),
+		Logs:                logsapi.NewLoggingConfiguration(),
 	}
+}
+
+// Flags returns all of listproxy's flags in named sections for --help:
+// "listproxy" (AddFlags), "logging" and "misc".
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var sections cliflag.NamedFlagSets
+	o.AddFlags(sections.FlagSet("listproxy"))
+	logsapi.AddFlags(o.Logs, sections.FlagSet("logging"))
+	sections.FlagSet("misc").BoolVar(&o.Version, "version", o.Version,
+		"Print listproxy's version and the Kubernetes library versions it was built with, then exit.")
+	return sections
 }
 
 // AddFlags adds o's flags to fs.
@@ -87,7 +108,29 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--shutdown-delay: must not be negative, got %v", o.ShutdownDelay))
 	}
 	errs = append(errs, o.Cache.validate()...)
+	if o.Logs != nil {
+		for _, err := range logsapi.Validate(o.Logs, nil, nil) {
+			errs = append(errs, fmt.Errorf("%s: %s", loggingFlag(err.Field), err.ErrorBody()))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// loggingFlag names the flag that sets a LoggingConfiguration field.
+func loggingFlag(field string) string {
+	switch {
+	case field == "format":
+		return "--logging-format"
+	case field == "verbosity":
+		return "-v"
+	case strings.HasPrefix(field, "vmodule"):
+		return "--vmodule"
+	case strings.HasPrefix(field, "options.json."):
+		return "--log-json-*"
+	case strings.HasPrefix(field, "options.text."):
+		return "--log-text-*"
+	}
+	return "logging " + field
 }
 
 // validateHostPort checks that addr is host:port with a non-zero port.
