@@ -113,7 +113,7 @@ func openWatch(ctx context.Context, t *testing.T, c rawClient, path string, q ur
 		// The transport asked for gzip and removed Content-Encoding.
 		hdr.Set("Content-Encoding", "gzip")
 	}
-	return &frameReader{format: f, br: bufio.NewReaderSize(resp.Body, 1<<20)}, hdr
+	return &frameReader{format: f, br: bufio.NewReaderSize(resp.Body, 64<<10)}, hdr
 }
 
 // initialFrames reads frames up to and including the initial-events-end
@@ -661,5 +661,72 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 	t.Logf("listproxy_watch_served_total: %v; ended: %v", m["listproxy_watch_served_total"], m["listproxy_watch_ended_total"])
 	if got := m.sum("listproxy_watch_served_total", `resource="pods"`, `format="protobuf"`); got < 20 {
 		t.Errorf("listproxy served %v pod watches, want the 20 informers' watch-lists", got)
+	}
+}
+
+// TestManyWatchers: 1,000 concurrent watches of one store all get the
+// event of one write; once their clients disconnect, listproxy ends every
+// one of them.
+func TestManyWatchers(t *testing.T) {
+	const ns, watchers = "many-watchers", 1000
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs := cp.Clientset(framework.UserAdmin)
+	createPodWhenAble(ctx, t, cs, ns, "p0")
+	lp := framework.StartListproxy(t, cp, "--serve-watches", "--resources=pods")
+	lpc := newRawClient(t, lp.Config())
+	podsPath := "/api/v1/namespaces/" + ns + "/pods"
+	warmUp(ctx, t, lpc, []target{{path: podsPath}})
+
+	watchCtx, stopWatches := context.WithCancel(ctx)
+	defer stopWatches()
+	q := url.Values{"watch": {"1"}, "resourceVersion": {"0"}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"600"}}
+	readers := make([]*frameReader, watchers)
+	for i := range readers {
+		r, hdr := openWatch(watchCtx, t, lpc, podsPath, q, wire.JSON)
+		if hdr.Get(httpapi.HeaderServedFrom) != httpapi.SourceSnapshot {
+			t.Fatalf("watch %d passed through", i)
+		}
+		if n := len(initialFrames(t, r)); n != 1 {
+			t.Fatalf("watch %d: %d initial objects, want 1", i, n)
+		}
+		readers[i] = r
+	}
+	createPodWhenAble(ctx, t, cs, ns, "p1")
+	var wg sync.WaitGroup
+	errs := make(chan error, watchers)
+	for i, r := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			evs, err := nextEvents(r, 1)
+			if err != nil {
+				errs <- fmt.Errorf("watch %d: %w", i, err)
+				return
+			}
+			if evs[0].typ != wire.Added || !strings.Contains(string(evs[0].raw), `"name":"p1"`) {
+				errs <- fmt.Errorf("watch %d: got %s %.80s, want ADDED p1", i, evs[0].typ, evs[0].raw)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	m := scrapeMetrics(t, lp.URL+"/metrics")
+	if got := m.sum("listproxy_watch_open", `resource="pods"`); got != watchers {
+		t.Errorf("listproxy_watch_open = %v, want %d", got, watchers)
+	}
+	stopWatches()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return scrapeMetrics(t, lp.URL+"/metrics").sum("listproxy_watch_open", `resource="pods"`) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("watches still open after their clients left: %v", scrapeMetrics(t, lp.URL+"/metrics")["listproxy_watch_open"])
 	}
 }
