@@ -134,6 +134,9 @@ type storeEntry struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	lastUsed atomic.Int64 // unix nanoseconds of the last LIST
+	// watchers counts the watches served from the store; a store with
+	// watchers is never idle.
+	watchers atomic.Int64
 	feeder   *snapshot.Feeder
 	// lagCheck is true while a check that the store catches up runs (lag.go).
 	lagCheck atomic.Bool
@@ -237,7 +240,7 @@ func (l *Lists) janitor(ctx context.Context) {
 		cutoff := time.Now().Add(-l.cfg.IdleTTL)
 		l.mu.Lock()
 		for k, e := range l.stores {
-			if time.Unix(0, e.lastUsed.Load()).Before(cutoff) {
+			if e.watchers.Load() == 0 && time.Unix(0, e.lastUsed.Load()).Before(cutoff) {
 				l.dropLocked(k, e, "idle")
 			}
 		}

@@ -57,20 +57,37 @@ func (r listRestrictions) AllowsMediaTypeTransform(mimeType, mimeSubType string,
 func (listRestrictions) AllowsServerVersion(version string) bool { return version == "v1" }
 func (listRestrictions) AllowsStreamSchema(s string) bool        { return s == "watch" }
 
-// negotiateFormat returns the representation the apiserver would answer r
-// with, when listproxy can produce it byte-for-byte.
+// negotiateFormat returns the representation the apiserver would answer
+// the LIST r with, when listproxy can produce it byte-for-byte.
 func negotiateFormat(r *http.Request, custom bool) (wire.Format, bool) {
+	return negotiate(r, custom, false)
+}
+
+// negotiateWatchFormat is negotiateFormat for a WATCH: its metadata form is
+// PartialObjectMetadata (singular), and ";stream=watch" may be asked for.
+func negotiateWatchFormat(r *http.Request, custom bool) (wire.Format, bool) {
+	return negotiate(r, custom, true)
+}
+
+func negotiate(r *http.Request, custom, watch bool) (wire.Format, bool) {
 	restrictions := listRestrictions{standard: builtinMedia}
 	if custom {
 		restrictions.standard = customMedia
 	}
 	options, ok := negotiation.NegotiateMediaTypeOptions(r.Header.Get("Accept"), builtinMedia, restrictions)
-	if !ok || options.Stream != "" || options.UseServerVersion != "" || options.Export || options.Profile != "" {
+	if !ok || options.UseServerVersion != "" || options.Export || options.Profile != "" {
 		return 0, false
+	}
+	if options.Stream != "" && (!watch || options.Stream != "watch") {
+		return 0, false
+	}
+	metaKind := "PartialObjectMetadataList"
+	if watch {
+		metaKind = "PartialObjectMetadata"
 	}
 	meta := false
 	if c := options.Convert; c != nil {
-		if *c != (schema.GroupVersionKind{Group: "meta.k8s.io", Version: "v1", Kind: "PartialObjectMetadataList"}) {
+		if *c != (schema.GroupVersionKind{Group: "meta.k8s.io", Version: "v1", Kind: metaKind}) {
 			return 0, false
 		}
 		meta = true

@@ -1,11 +1,12 @@
 // Package proxy is listproxy's HTTP edge: it serves /healthz, /readyz,
 // /metrics and the debug handlers it is given itself, classifies every other
-// request, offers cacheable LIST requests to a ListServer, passes the rest
-// through to the apiserver unchanged, and tracks long-running requests so
-// that Shutdown can end them. In service mode (Config.Auth, pkg/auth) it
-// authenticates callers, authorizes their cached LISTs, and passes requests
-// through with the caller's identity. It is the top of the import graph
-// below cmd: no listproxy package may import it.
+// request, offers cacheable LIST requests to a ListServer and cacheable WATCH
+// requests to a WatchServer, passes the rest through to the apiserver
+// unchanged, and tracks long-running requests so that Shutdown can end
+// them. In service mode (Config.Auth, pkg/auth) it authenticates callers,
+// authorizes their cached LISTs and WATCHes, and passes requests through
+// with the caller's identity. It is the top of the import graph below cmd:
+// no listproxy package may import it.
 package proxy
 
 import (
@@ -70,6 +71,9 @@ type Config struct {
 	// Lists is offered every request whose Kubernetes verb is list, before it
 	// passes through. Nil passes everything through.
 	Lists ListServer
+	// Watches is offered every request whose Kubernetes verb is watch,
+	// before it passes through. Nil passes every watch through.
+	Watches WatchServer
 	// Registry registers listproxy's metrics. Nil: a private registry, so the
 	// metrics are collected but not exported.
 	Registry prometheus.Registerer
@@ -99,6 +103,7 @@ type Config struct {
 // then Shutdown when the server stops.
 type Handler struct {
 	lists     ListServer
+	watches   WatchServer
 	auth      *auth.Auth // nil in sidecar mode
 	debug     map[string]http.Handler
 	pass      *passthrough
@@ -149,6 +154,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{
 		lists:     cfg.Lists,
+		watches:   cfg.Watches,
 		auth:      a,
 		debug:     cfg.Debug,
 		pass:      pass,
@@ -233,6 +239,7 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}()
 
 	cacheable := h.lists != nil && kind.verb == verbList
+	cacheableWatch := h.watches != nil && kind.verb == verbWatch
 	if h.auth == nil && auth.HasImpersonation(r.Header) {
 		// Sidecar mode has one identity, listproxy's. Dropping the headers
 		// would run the request as listproxy, with rights the caller asked
@@ -249,20 +256,21 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		switch {
-		case !cacheable:
+		case !cacheable && !cacheableWatch:
 		case auth.HasImpersonation(r.Header):
 			// Only the apiserver can check the caller's right to
 			// impersonate; never answer such a request from a snapshot.
-			cacheable = false
-		case !h.lists.Cacheable(r):
-			cacheable = false
+			cacheable, cacheableWatch = false, false
+		case cacheable && !h.lists.Cacheable(r), cacheableWatch && !h.watches.Cacheable(r):
+			cacheable, cacheableWatch = false, false
 		default:
+			// The caller's verb (list or watch) is authorized.
 			switch h.auth.AuthorizeRead(rec, r) {
 			case auth.Answered:
 				source = httpapi.SourceListproxy
 				return
 			case auth.PassThrough:
-				cacheable = false
+				cacheable, cacheableWatch = false, false
 			}
 		}
 	}
@@ -295,6 +303,19 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		})
 		defer stopAfter()
 		r = r.WithContext(ctx)
+	}
+	if cacheableWatch {
+		rec.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+		if h.watches.ServeWatch(rec, r) {
+			source = httpapi.SourceSnapshot
+			return
+		}
+		rec.Header().Del(httpapi.HeaderServedFrom)
+		if rec.wroteHeader() {
+			klog.ErrorS(nil, "WatchServer wrote a response but returned false; not passing through", "path", r.URL.Path)
+			source = httpapi.SourceSnapshot
+			return
+		}
 	}
 	h.pass.ServeHTTP(rec, r)
 }

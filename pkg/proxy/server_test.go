@@ -336,3 +336,58 @@ func TestNewHandlerErrors(t *testing.T) {
 		t.Error("second NewHandler on one registry succeeded, want duplicate registration error")
 	}
 }
+
+// fakeWatches serves watches of pods and passes everything else through.
+type fakeWatches struct{}
+
+func (fakeWatches) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
+	if r.URL.Path != "/api/v1/pods" {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, `{"type":"BOOKMARK"}`+"\n")
+	return true
+}
+
+func (fakeWatches) Cacheable(r *http.Request) bool { return r.URL.Path == "/api/v1/pods" }
+
+func TestWatchServerHook(t *testing.T) {
+	var upstreamHits atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamHits.Add(1)
+		_, _ = io.WriteString(w, `{"type":"ADDED"}`+"\n")
+	}))
+	defer up.Close()
+	p := startProxy(t, &rest.Config{Host: up.URL}, Config{Watches: fakeWatches{}})
+
+	tests := []struct {
+		name, path, wantBody, wantFrom string
+		wantUpstreamHits               int32
+	}{
+		{name: "served_from_snapshot", path: "/api/v1/pods?watch=1", wantBody: `{"type":"BOOKMARK"}` + "\n", wantFrom: httpapi.SourceSnapshot, wantUpstreamHits: 0},
+		{name: "declined_passes_through", path: "/api/v1/configmaps?watch=1", wantBody: `{"type":"ADDED"}` + "\n", wantFrom: httpapi.SourceAPIServer, wantUpstreamHits: 1},
+		{name: "list_not_offered", path: "/api/v1/pods", wantBody: `{"type":"ADDED"}` + "\n", wantFrom: httpapi.SourceAPIServer, wantUpstreamHits: 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := p.get(t, tc.path, nil)
+			if body != tc.wantBody {
+				t.Errorf("body = %q, want %q", body, tc.wantBody)
+			}
+			if got := resp.Header.Values(httpapi.HeaderServedFrom); !cmp.Equal(got, []string{tc.wantFrom}) {
+				t.Errorf("%s = %q, want [%q]", httpapi.HeaderServedFrom, got, tc.wantFrom)
+			}
+			if got := upstreamHits.Load(); got != tc.wantUpstreamHits {
+				t.Errorf("upstream hits = %d, want %d", got, tc.wantUpstreamHits)
+			}
+		})
+	}
+	want := `
+# HELP listproxy_http_requests_total API requests by Kubernetes verb, HTTP status code and source (apiserver: passed through; snapshot: served by listproxy). Code 499: the client left before an answer.
+# TYPE listproxy_http_requests_total counter
+listproxy_http_requests_total{code="200",source="apiserver",verb="list"} 1
+listproxy_http_requests_total{code="200",source="apiserver",verb="watch"} 1
+listproxy_http_requests_total{code="200",source="snapshot",verb="watch"} 1
+`
+	awaitRequestsMetric(t, p.reg, want)
+}

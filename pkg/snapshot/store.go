@@ -58,6 +58,9 @@ type StoreConfig struct {
 	PinTTL time.Duration
 	// Clock drives history retention; nil selects the real clock.
 	Clock clock.PassiveClock
+	// EventHistory is how many recent changes the store keeps for
+	// watchers (Subscribe); 0 selects DefaultEventHistory.
+	EventHistory int
 	// OnPublish, when set, is called (without locks held) after every
 	// published view, e.g. to update metrics.
 	OnPublish func(Stats)
@@ -95,6 +98,8 @@ type Store struct {
 	cfg   StoreConfig
 	clock clock.PassiveClock
 	pins  *lru.Cache[uint64, pin]
+	// feed holds recent changes for watchers; appended under mu.
+	feed *feed
 
 	current atomic.Pointer[view]
 
@@ -124,7 +129,7 @@ func NewStore(cfg StoreConfig) *Store {
 		cfg.Clock = clock.RealClock{}
 	}
 	pins, _ := lru.New[uint64, pin](cfg.PinnedSnapshots) // error only for size <= 0
-	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins}
+	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: newFeed(cfg.EventHistory)}
 	s.resetTreesLocked()
 	empty := s.snapshotLocked(0)
 	s.current.Store(&view{latest: empty, history: []*Snapshot{empty}, next: make(chan struct{})})
@@ -270,6 +275,9 @@ func (s *Store) Replace(entries []*Entry, rv uint64) {
 	}
 	snap := s.snapshotLocked(rv)
 	s.supersededAt, s.freed, s.historyBytes = nil, nil, 0
+	// Changes between the old state and rv were not observed: watchers of
+	// the old state must start over.
+	s.feed.reset(rv, true)
 	s.publishLocked(&view{latest: snap, progress: rv, history: []*Snapshot{snap}, synced: true})
 	s.mu.Unlock()
 }
@@ -281,13 +289,18 @@ func (s *Store) Apply(c Change, rv uint64) {
 	old := s.current.Load()
 	// Each snapshot also holds the tree nodes the change copied.
 	freed := int64(snapshotOverheadBytes)
+	ev := Event{Type: Added, RV: rv, Object: c.Entry, At: s.clock.Now()}
 	if c.Deleted {
+		ev.Type = Deleted
 		if prev, ok := s.deleteLocked(c.Entry.Key); ok {
 			freed += int64(len(prev.Raw))
+			ev.Prev = prev
 		}
 	} else if prev, ok := s.upsertLocked(c.Entry); ok {
 		freed += int64(len(prev.Raw))
+		ev.Type, ev.Prev = Modified, prev
 	}
+	s.feed.append(ev)
 	snap := s.snapshotLocked(rv)
 	// Appending to old.history rather than to a copy is intentional: views
 	// sharing a backing array only ever grow at its end (Replace starts a new
@@ -319,6 +332,7 @@ func (s *Store) Unsync() {
 	s.mu.Lock()
 	old := s.current.Load()
 	if old.synced {
+		s.feed.reset(old.progress, false)
 		s.publishLocked(&view{latest: old.latest, progress: old.progress, history: old.history})
 	}
 	s.mu.Unlock()
@@ -329,6 +343,7 @@ func (s *Store) Stop() {
 	s.mu.Lock()
 	s.stopped = true
 	old := s.current.Load()
+	s.feed.reset(old.progress, false)
 	s.publishLocked(&view{latest: old.latest, progress: old.progress, history: old.history, synced: old.synced})
 	s.mu.Unlock()
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/listproxy/listproxy/pkg/lists"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/watch"
 )
 
 // CacheOptions are the flags of snapshot serving and consistent reads.
@@ -56,6 +57,8 @@ type CacheOptions struct {
 
 	WatchStallTimeout time.Duration
 	WatchLagTimeout   time.Duration
+
+	ServeWatches bool
 }
 
 // Defaults. The history window and read timeouts follow the apiserver's
@@ -81,6 +84,10 @@ func newCacheOptions() CacheOptions {
 		// stuck stream; a store that etcd proves behind for 10s is too.
 		WatchStallTimeout: snapshot.DefaultStallTimeout,
 		WatchLagTimeout:   10 * time.Second,
+
+		// Watch serving passes the watch-list differential and informer
+		// e2e tests (TestWatchDifferential, TestWatchListInformers).
+		ServeWatches: true,
 
 		// Not measured: one metadata LIST of each cached resource every
 		// 10 minutes is a small fraction of what listproxy saves.
@@ -142,6 +149,8 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"Re-establish a snapshot store's watch that delivered no event and no bookmark for this long. The apiserver sends bookmarks about once a minute; keep this well above that.")
 	fs.DurationVar(&o.WatchLagTimeout, "watch-lag-timeout", o.WatchLagTimeout,
 		"Re-establish a snapshot store's watch when a consistent read proved with etcd that the store must reach a revision and it has not for this long (needs --etcd-servers).")
+	fs.BoolVar(&o.ServeWatches, "serve-watches", o.ServeWatches,
+		"Serve cacheable WATCH requests (watch-lists included) from snapshots and their stores' change feeds; false passes every watch through.")
 	fs.StringVar(&o.ConsistentReadFallback, "consistent-read-fallback", o.ConsistentReadFallback,
 		"What a consistent read does when freshness cannot be proven in time: apiserver (pass through) or reject (429 with Retry-After).")
 }
@@ -208,44 +217,45 @@ func (o *CacheOptions) etcdTLS() (*tls.Config, error) {
 }
 
 // startCache builds the snapshot server and its helpers, starts their
-// background loops under ctx, and returns the ListServer.
-func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*lists.Lists, error) {
+// background loops under ctx, and returns the LIST server and, with
+// --serve-watches, the watch server (nil otherwise).
+func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*lists.Lists, *watch.Handler, error) {
 	o := cfg.Cache
 	var keys lists.ContinueKeys
 	if o.ContinueTokenKeysFile != "" {
 		reloader, err := paging.NewReloader(paging.ReloaderConfig{Path: o.ContinueTokenKeysFile})
 		if err != nil {
-			return nil, fmt.Errorf("--continue-token-keys-file: %w", err)
+			return nil, nil, fmt.Errorf("--continue-token-keys-file: %w", err)
 		}
 		go reloader.Run(ctx)
 		keys = reloader
 	} else {
 		keyring, err := paging.NewRandomKeyring()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		klog.InfoS("WARNING: no --continue-token-keys-file; continue tokens use a random per-process key and do not survive restarts or reach other replicas")
 		keys = keyring
 	}
 	listMetrics, err := lists.NewListMetrics(reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	storeMetrics, err := snapshot.NewMetrics(reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	continueMetrics, err := paging.NewMetrics(reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	freshMetrics, err := freshness.NewReadMetrics(reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	inflightMetrics, err := lists.NewInflightMetrics(reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lcfg := lists.ListsConfig{
 		Upstream:              cfg.Upstream,
@@ -279,7 +289,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 	if len(o.EtcdServers) > 0 {
 		tlsConfig, err := o.etcdTLS()
 		if err != nil {
-			return nil, fmt.Errorf("etcd TLS: %w", err)
+			return nil, nil, fmt.Errorf("etcd TLS: %w", err)
 		}
 		client, err := clientv3.New(clientv3.Config{
 			Endpoints: o.EtcdServers, TLS: tlsConfig, DialTimeout: 5 * time.Second, Logger: etcdLogger(),
@@ -290,12 +300,12 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 			})},
 		})
 		if err != nil {
-			return nil, fmt.Errorf("--etcd-servers: %w", err)
+			return nil, nil, fmt.Errorf("--etcd-servers: %w", err)
 		}
 		context.AfterFunc(ctx, func() { _ = client.Close() })
 		checker, err := freshness.New(freshness.Config{Client: client, Registerer: reg})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		go checker.Run(ctx)
 		lcfg.Freshness = checker
@@ -305,18 +315,25 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 	}
 	consistencyMetrics, err := consistency.NewMetrics(reg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lcfg.ConsistencyCheck = consistency.Config{Interval: o.ConsistencyCheckInterval, Metrics: consistencyMetrics}
 	l, err := lists.NewLists(lcfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if cfg.OnLists != nil {
 		cfg.OnLists(l)
 	}
 	go l.Run(ctx)
-	return l, nil
+	if !o.ServeWatches {
+		return l, nil, nil
+	}
+	watchMetrics, err := watch.NewMetrics(reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return l, watch.NewHandler(watch.NewServer(watch.Config{Metrics: watchMetrics}), watchStores{l}), nil
 }
 
 // etcdLogger logs the etcd client's errors only; listproxy reports what

@@ -45,16 +45,20 @@ func Run(ctx context.Context, cfg *Config) error {
 	defer stopCache()
 	listServer := cfg.Lists
 	var debug map[string]http.Handler
+	var watches proxy.WatchServer
 	if listServer == nil && cfg.Cache != nil {
-		l, err := startCache(cacheCtx, cfg, reg)
+		l, w, err := startCache(cacheCtx, cfg, reg)
 		if err != nil {
 			return err
 		}
 		listServer = l
 		debug = map[string]http.Handler{"consistency": consistency.Handler(l.Consistency())}
+		if w != nil {
+			watches = w
+		}
 	}
 	h, err := proxy.NewHandler(proxy.Config{
-		Upstream: cfg.Upstream, Lists: listServer, Registry: reg, Auth: cfg.Auth, Debug: debug, Profiling: cfg.Profiling,
+		Upstream: cfg.Upstream, Lists: listServer, Watches: watches, Registry: reg, Auth: cfg.Auth, Debug: debug, Profiling: cfg.Profiling,
 		AcceptHosts: cfg.Origins.AcceptHosts, RejectCrossOrigin: cfg.Origins.RejectCrossOrigin,
 	})
 	if err != nil {

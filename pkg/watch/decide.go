@@ -1,0 +1,158 @@
+package watch
+
+import (
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Action is what listproxy does with a watch request.
+type Action int
+
+const (
+	// PassThrough: the apiserver answers (invalid or unsupported options).
+	PassThrough Action = iota
+	// InitialConsistent: initial events from a snapshot proven as fresh as
+	// a consistent read (resourceVersion unset).
+	InitialConsistent
+	// InitialLatest: initial events from the latest snapshot
+	// (resourceVersion "0").
+	InitialLatest
+	// InitialNotOlderThan: initial events from a snapshot at or past RV.
+	InitialNotOlderThan
+	// From: no initial events; every change after RV.
+	From
+)
+
+// Decision is the outcome of Decide.
+type Decision struct {
+	Action Action
+	// RV is the resourceVersion of InitialNotOlderThan and From.
+	RV uint64
+	// Bookmarks: allowWatchBookmarks was set.
+	Bookmarks bool
+	// Timeout is timeoutSeconds; 0 when not given.
+	Timeout time.Duration
+	// LabelSelector and FieldSelector are as given, unparsed.
+	LabelSelector, FieldSelector string
+	// Reason names the outcome for metrics.
+	Reason string
+}
+
+// Decide parses a watch request's query, applying the apiserver's defaults
+// (SetListOptionsDefaults in k8s.io/apimachinery/pkg/apis/meta/internalversion,
+// WatchList on as in 1.34+: a watch from resourceVersion "" or "0" without
+// sendInitialEvents and resourceVersionMatch is a watch-list), and decides
+// whether listproxy serves it. Anything the apiserver would reject
+// (ValidateListOptions), an unknown or repeated parameter, or a spelling
+// listproxy does not take for certain passes through, so that the apiserver
+// gives its own answer. sendInitialEvents=false passes through too.
+func Decide(rawQuery string) Decision {
+	pass := func(reason string) Decision { return Decision{Action: PassThrough, Reason: reason} }
+	values, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return pass("query")
+	}
+	var (
+		d           Decision
+		watch       bool
+		sendInitial *bool
+		rv, rvMatch string
+		haveMatch   bool
+	)
+	for name, vs := range values {
+		if len(vs) != 1 {
+			return pass("query")
+		}
+		v := vs[0]
+		switch name {
+		case "watch":
+			b, ok := parseBool(v)
+			if !ok || !b {
+				return pass("query")
+			}
+			watch = true
+		case "resourceVersion":
+			rv = v
+		case "resourceVersionMatch":
+			rvMatch, haveMatch = v, true
+		case "sendInitialEvents":
+			b, ok := parseBool(v)
+			if !ok {
+				return pass("query")
+			}
+			sendInitial = &b
+		case "allowWatchBookmarks":
+			b, ok := parseBool(v)
+			if !ok {
+				return pass("query")
+			}
+			d.Bookmarks = b
+		case "timeoutSeconds":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 || n > 1<<31 {
+				return pass("query")
+			}
+			d.Timeout = time.Duration(n) * time.Second
+		case "timeout":
+			// The apiserver ignores ?timeout= on watches; client-go sends it.
+			if _, err := time.ParseDuration(v); err != nil {
+				return pass("query")
+			}
+		case "labelSelector":
+			d.LabelSelector = v
+		case "fieldSelector":
+			d.FieldSelector = v
+		default:
+			return pass("query")
+		}
+	}
+	if !watch {
+		return pass("query")
+	}
+	// SetListOptionsDefaults with the WatchList feature on.
+	if sendInitial == nil && !haveMatch && (rv == "" || rv == "0") {
+		t := true
+		sendInitial, rvMatch, haveMatch = &t, "NotOlderThan", true
+	}
+	// validateWatchOptions: anything it rejects is the apiserver's 422.
+	if sendInitial != nil && rvMatch != "NotOlderThan" {
+		return pass("invalid")
+	}
+	if haveMatch && (sendInitial == nil || rvMatch != "NotOlderThan") {
+		return pass("invalid")
+	}
+	var n uint64
+	if rv != "" && rv != "0" {
+		if n, err = strconv.ParseUint(rv, 10, 64); err != nil || n == 0 {
+			return pass("resource_version")
+		}
+	}
+	switch {
+	case sendInitial == nil:
+		d.Action, d.RV, d.Reason = From, n, "from"
+	case !*sendInitial:
+		return pass("no_initial_events")
+	case rv == "":
+		d.Action, d.Reason = InitialConsistent, "initial_consistent"
+	case rv == "0":
+		d.Action, d.Reason = InitialLatest, "initial_latest"
+	default:
+		d.Action, d.RV, d.Reason = InitialNotOlderThan, n, "initial_not_older_than"
+	}
+	return d
+}
+
+// parseBool reads a boolean query value listproxy is sure of; the apiserver
+// takes anything but "0" and "false" as true, so other spellings pass
+// through.
+func parseBool(v string) (bool, bool) {
+	switch strings.ToLower(v) {
+	case "1", "true":
+		return true, true
+	case "0", "false":
+		return false, true
+	}
+	return false, false
+}
