@@ -131,8 +131,10 @@ type PageRequest struct {
 	MoreInIndex bool
 	// Match selects objects; nil selects all.
 	Match func(*Entry) bool
-	// ScanBudget bounds how many objects are examined; 0 means no bound. When
-	// it runs out the page ends early with More set, as KEP-365 allows.
+	// ScanBudget bounds how many objects a limited, selective page (Limit
+	// > 0 and Match set) examines; 0 means no bound. When it runs out the
+	// page ends early with More set, as KEP-365 allows. It never applies to
+	// a page without a limit: the apiserver never paginates those.
 	ScanBudget int
 }
 
@@ -162,6 +164,10 @@ func (s *Snapshot) Page(req PageRequest) Page {
 	if req.After != "" && req.After >= start {
 		start = req.After + "\x00"
 	}
+	budget := req.ScanBudget
+	if req.Limit <= 0 || req.Match == nil {
+		budget = 0
+	}
 	examined, lastExamined, budgetSpent := 0, "", false
 	visit := func(e *Entry) bool {
 		if !strings.HasPrefix(e.Key, prefix) {
@@ -171,7 +177,7 @@ func (s *Snapshot) Page(req PageRequest) Page {
 			page.More = true
 			return false
 		}
-		if req.ScanBudget > 0 && examined >= req.ScanBudget {
+		if budget > 0 && examined >= budget {
 			page.More, budgetSpent = true, true
 			return false
 		}

@@ -309,3 +309,43 @@ func TestStatsHistoryMaxBytes(t *testing.T) {
 		})
 	}
 }
+
+// An unlimited list is never cut short by the scan budget, whatever the
+// store's size: the apiserver never paginates a list without a limit. The
+// budget only shortens limited, selective pages (KEP-365).
+func TestPageScanBudgetOnlyForLimitedSelectiveLists(t *testing.T) {
+	const n = 150000
+	entries := make([]*Entry, n)
+	for i := range entries {
+		entries[i] = entry(fmt.Sprintf("ns%03d", i%100), fmt.Sprintf("p%06d", i), uint64(i+1), "")
+	}
+	s := NewStore(StoreConfig{})
+	s.Replace(entries, n+1)
+	snap, _, err := s.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	none := func(*Entry) bool { return false }
+	some := func(e *Entry) bool { return e.Name == "p149999" }
+	tests := []struct {
+		name      string
+		req       PageRequest
+		wantItems int
+		wantMore  bool
+	}{
+		{name: "unlimited_unselective", req: PageRequest{ScanBudget: 100000}, wantItems: n},
+		{name: "unlimited_selective", req: PageRequest{ScanBudget: 100000, Match: some}, wantItems: 1},
+		{name: "unlimited_selective_none", req: PageRequest{ScanBudget: 100000, Match: none}},
+		{name: "limited_unselective", req: PageRequest{ScanBudget: 10, Limit: 500}, wantItems: 500, wantMore: true},
+		{name: "limited_selective_shortened", req: PageRequest{ScanBudget: 100000, Limit: 500, Match: some}, wantMore: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			page := snap.Page(tc.req)
+			if len(page.Items) != tc.wantItems || page.More != tc.wantMore {
+				t.Errorf("Page() = %d items, more %v; want %d items, more %v", len(page.Items), page.More, tc.wantItems, tc.wantMore)
+			}
+		})
+	}
+}
+
