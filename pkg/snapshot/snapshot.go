@@ -87,6 +87,13 @@ type Snapshot struct {
 	counts  *btree.BTreeG[nsCount]
 	index   *btree.BTreeG[indexItem] // nil when the store has no index
 	bytes   int64
+	// gen is the store's generation (Replace count) it belongs to; objects
+	// of an older generation are shared with no newer snapshot.
+	gen uint64
+	// freedBefore is the store's running total of superseded bytes when
+	// this snapshot was published: a snapshot alone keeps alive the bytes
+	// superseded after it in its generation.
+	freedBefore int64
 }
 
 // RV is the resourceVersion of the last change this snapshot contains.

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +31,15 @@ var (
 	ErrNotRetained = errors.New("snapshot not retained")
 	// ErrStopped: the store was stopped.
 	ErrStopped = errors.New("snapshot store stopped")
+	// ErrCompacted: the requested resourceVersion is older than etcd's
+	// compacted revision (see Store.Compact); the apiserver answers 410.
+	ErrCompacted = errors.New("snapshot resourceVersion compacted")
 )
+
+// DefaultPinMaxAge bounds how long a pin lives however often it is
+// refreshed: kube-apiserver's default --etcd-compaction-interval, after
+// which the apiserver's own continue tokens of the same age expire too.
+const DefaultPinMaxAge = 5 * time.Minute
 
 // StoreConfig configures a Store.
 type StoreConfig struct {
@@ -46,9 +55,12 @@ type StoreConfig struct {
 	// HistoryMaxRatio bounds the same bytes relative to the latest
 	// snapshot's object bytes (0.1: history adds at most 10%), but never
 	// below HistoryMinBytes, so that small stores keep some history. 0 means
-	// no relative bound. When either bound trims history, pinned snapshots
-	// older than the oldest one kept are released as well; their continue
-	// tokens are then handed to the apiserver.
+	// no relative bound. The bytes that pinned snapshots alone keep alive
+	// (objects superseded since, or a whole list replaced by a relist) count
+	// against the same bounds: when history and pins exceed them, the oldest
+	// pins are released first, and trimming history by size releases the
+	// pins older than it. A released pin's continue tokens are handed to
+	// the apiserver.
 	HistoryMaxRatio float64
 	// PinnedSnapshots is the size of the LRU of snapshots pinned by issued
 	// continue tokens. 0 selects 128.
@@ -56,6 +68,10 @@ type StoreConfig struct {
 	// PinTTL is how long a pinned snapshot stays available after its last
 	// pin; 0 selects History. Later continuations are handed to the apiserver.
 	PinTTL time.Duration
+	// PinMaxAge is how long a pinned snapshot stays available after its
+	// first pin, however often a walk re-pins it; 0 selects
+	// DefaultPinMaxAge.
+	PinMaxAge time.Duration
 	// Clock drives history retention; nil selects the real clock.
 	Clock clock.PassiveClock
 	// EventHistory is how many recent changes the store keeps for
@@ -118,6 +134,12 @@ type Store struct {
 	historyBytes int64
 	stopped      bool
 	pinsSwept    time.Time
+	// gen counts Replace calls; freedTotal is the running total of bytes
+	// superseded in this generation (see Snapshot.freedBefore).
+	gen        uint64
+	freedTotal int64
+	// compacted is etcd's compacted revision as last told by Compact.
+	compacted atomic.Uint64
 }
 
 // NewStore returns an empty, unsynced store.
@@ -147,7 +169,7 @@ func (s *Store) resetTreesLocked() {
 }
 
 func (s *Store) snapshotLocked(rv uint64) *Snapshot {
-	snap := &Snapshot{rv: rv, objects: s.objects.Clone(), counts: s.counts.Clone(), bytes: s.bytes}
+	snap := &Snapshot{rv: rv, objects: s.objects.Clone(), counts: s.counts.Clone(), bytes: s.bytes, gen: s.gen, freedBefore: s.freedTotal}
 	if s.index != nil {
 		snap.index = s.index.Clone()
 	}
@@ -197,14 +219,18 @@ func (s *Store) Changed() <-chan struct{} { return s.current.Load().next }
 
 // At returns the snapshot holding the state at exactly rv: a pinned one, or
 // the newest retained snapshot at or before rv, provided the store has seen
-// every change up to rv.
+// every change up to rv. It fails with ErrCompacted for rv older than the
+// compacted revision (Compact), as etcd would.
 func (s *Store) At(rv uint64) (*Snapshot, error) {
 	v := s.current.Load()
 	if !v.synced {
 		return nil, ErrNotSynced
 	}
+	if rv < s.compacted.Load() {
+		return nil, ErrCompacted
+	}
 	if p, ok := s.pins.Get(rv); ok {
-		if s.clock.Since(p.at) <= s.pinTTL() {
+		if s.pinLive(p, s.clock.Now()) {
 			return p.snap, nil
 		}
 		s.pins.Remove(rv)
@@ -226,15 +252,31 @@ func (s *Store) At(rv uint64) (*Snapshot, error) {
 }
 
 // Pin keeps snap available as the state at rv for continue tokens issued at
-// rv, beyond the history window (bounded by an LRU).
+// rv, beyond the history window: for PinTTL after the last Pin and at most
+// PinMaxAge after the first, bounded by an LRU and, with the history, by the
+// store's byte bounds. It does nothing for rv older than the compacted
+// revision.
 func (s *Store) Pin(rv uint64, snap *Snapshot) {
-	s.pins.Add(rv, pin{snap: snap, at: s.clock.Now()})
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rv < s.compacted.Load() {
+		return
+	}
+	now := s.clock.Now()
+	first := now
+	if p, ok := s.pins.Peek(rv); ok && p.snap == snap && s.pinLive(p, now) {
+		first = p.first
+	}
+	s.pins.Add(rv, pin{snap: snap, at: now, first: first})
+	s.boundPinsLocked(s.current.Load().history)
 }
 
-// pin is a snapshot kept for continue tokens, and when it was last pinned.
+// pin is a snapshot kept for continue tokens, and when it was first and
+// last pinned.
 type pin struct {
-	snap *Snapshot
-	at   time.Time
+	snap  *Snapshot
+	at    time.Time
+	first time.Time
 }
 
 func (s *Store) pinTTL() time.Duration {
@@ -242,6 +284,48 @@ func (s *Store) pinTTL() time.Duration {
 		return s.cfg.PinTTL
 	}
 	return s.cfg.History
+}
+
+func (s *Store) pinMaxAge() time.Duration {
+	if s.cfg.PinMaxAge > 0 {
+		return s.cfg.PinMaxAge
+	}
+	return DefaultPinMaxAge
+}
+
+// pinLive reports whether p is still within its TTL and maximum age.
+func (s *Store) pinLive(p pin, now time.Time) bool {
+	return now.Sub(p.at) <= s.pinTTL() && now.Sub(p.first) <= s.pinMaxAge()
+}
+
+// Compact records etcd's compacted revision rev: the states at revisions
+// older than rev can no longer be read from etcd, so the store drops the
+// history snapshots and pins that only hold such states and At answers
+// ErrCompacted for them, as the apiserver answers 410.
+func (s *Store) Compact(rev uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rev <= s.compacted.Load() {
+		return
+	}
+	s.compacted.Store(rev)
+	for _, pinned := range s.pins.Keys() {
+		if pinned < rev {
+			s.pins.Remove(pinned)
+		}
+	}
+	old := s.current.Load()
+	// history[i] holds the states in [history[i].rv, history[i+1].rv): it
+	// goes when all of them are compacted. The latest always stays.
+	drop := 0
+	for drop < len(old.history)-1 && old.history[drop+1].rv <= rev {
+		drop++
+	}
+	if drop == 0 {
+		return
+	}
+	history := s.dropHistoryLocked(old.history, drop)
+	s.publishLocked(&view{latest: old.latest, progress: old.progress, history: history, synced: old.synced})
 }
 
 // expirePinsLocked releases pinned snapshots past their TTL, at most once a
@@ -253,9 +337,73 @@ func (s *Store) expirePinsLocked() {
 	}
 	s.pinsSwept = now
 	for _, rv := range s.pins.Keys() {
-		if p, ok := s.pins.Peek(rv); ok && now.Sub(p.at) > s.pinTTL() {
+		if p, ok := s.pins.Peek(rv); ok && !s.pinLive(p, now) {
 			s.pins.Remove(rv)
 		}
+	}
+}
+
+// pinnedBytesLocked estimates the bytes that pins alone keep alive, beyond
+// history (whose oldest snapshot is oldest): for pins of the current
+// generation older than history, the bytes superseded between the oldest
+// such pin and oldest; for each older generation (before a relist), its
+// whole list plus what was superseded between its pins.
+func (s *Store) pinnedBytesLocked(oldest *Snapshot) int64 {
+	type span struct {
+		bytes          int64
+		minFreed, maxF int64
+	}
+	gens := map[uint64]*span{}
+	var total int64
+	currentMin := oldest.freedBefore
+	for _, rv := range s.pins.Keys() {
+		p, ok := s.pins.Peek(rv)
+		if !ok {
+			continue
+		}
+		if p.snap.gen == s.gen {
+			currentMin = min(currentMin, p.snap.freedBefore)
+			continue
+		}
+		g, ok := gens[p.snap.gen]
+		if !ok {
+			g = &span{minFreed: p.snap.freedBefore, maxF: p.snap.freedBefore}
+			gens[p.snap.gen] = g
+		}
+		g.bytes = max(g.bytes, p.snap.bytes)
+		g.minFreed = min(g.minFreed, p.snap.freedBefore)
+		g.maxF = max(g.maxF, p.snap.freedBefore)
+	}
+	total += oldest.freedBefore - currentMin
+	for _, g := range gens {
+		total += g.bytes + g.maxF - g.minFreed
+	}
+	return total
+}
+
+// boundPinsLocked releases pins, those of older generations first and then
+// the oldest, while history and pins together exceed the byte bound.
+func (s *Store) boundPinsLocked(history []*Snapshot) {
+	bound := s.historyMaxBytesLocked()
+	if bound <= 0 || len(history) == 0 {
+		return
+	}
+	for s.pins.Len() > 0 && s.historyBytes+s.pinnedBytesLocked(history[0]) > bound {
+		var victim uint64
+		var victimSnap *Snapshot
+		for _, rv := range s.pins.Keys() {
+			p, ok := s.pins.Peek(rv)
+			if !ok {
+				continue
+			}
+			if victimSnap == nil || p.snap.gen < victimSnap.gen || (p.snap.gen == victimSnap.gen && rv < victim) {
+				victim, victimSnap = rv, p.snap
+			}
+		}
+		if victimSnap == nil {
+			return
+		}
+		s.pins.Remove(victim)
 	}
 }
 
@@ -273,11 +421,16 @@ func (s *Store) Replace(entries []*Entry, rv uint64) {
 	for _, e := range entries {
 		s.upsertLocked(e)
 	}
+	s.gen++
+	s.freedTotal = 0
 	snap := s.snapshotLocked(rv)
 	s.supersededAt, s.freed, s.historyBytes = nil, nil, 0
 	// Changes between the old state and rv were not observed: watchers of
 	// the old state must start over.
 	s.feed.reset(rv, true)
+	// Pins from before keep the old list alive: they count against the
+	// bounds of the new one.
+	s.boundPinsLocked([]*Snapshot{snap})
 	s.publishLocked(&view{latest: snap, progress: rv, history: []*Snapshot{snap}, synced: true})
 	s.mu.Unlock()
 }
@@ -301,6 +454,7 @@ func (s *Store) Apply(c Change, rv uint64) {
 		ev.Type, ev.Prev = Modified, prev
 	}
 	s.feed.append(ev)
+	s.freedTotal += freed
 	snap := s.snapshotLocked(rv)
 	// Appending to old.history rather than to a copy is intentional: views
 	// sharing a backing array only ever grow at its end (Replace starts a new
@@ -312,6 +466,7 @@ func (s *Store) Apply(c Change, rv uint64) {
 	s.historyBytes += freed
 	history = s.trimHistoryLocked(history)
 	s.expirePinsLocked()
+	s.boundPinsLocked(history)
 	s.publishLocked(&view{latest: snap, progress: max(rv, old.progress), history: history, synced: old.synced})
 	s.mu.Unlock()
 }
@@ -377,6 +532,17 @@ func (s *Store) trimHistoryLocked(history []*Snapshot) []*Snapshot {
 	// released when a later append reallocates, which keeps trimming O(1)
 	// amortised at the cost of up to one window of extra history in memory.
 	return history[drop:]
+}
+
+// dropHistoryLocked drops the oldest n superseded snapshots of history
+// (n < len(history)) with their accounting.
+func (s *Store) dropHistoryLocked(history []*Snapshot, n int) []*Snapshot {
+	for _, f := range s.freed[:n] {
+		s.historyBytes -= f
+	}
+	s.supersededAt = s.supersededAt[:copy(s.supersededAt, s.supersededAt[n:])]
+	s.freed = s.freed[:copy(s.freed, s.freed[n:])]
+	return slices.Clone(history[n:])
 }
 
 // historyMaxBytesLocked is the byte bound on history now: the tighter of

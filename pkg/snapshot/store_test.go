@@ -349,3 +349,127 @@ func TestPageScanBudgetOnlyForLimitedSelectiveLists(t *testing.T) {
 	}
 }
 
+// Snapshots pinned before a relist keep the whole old list alive; they count
+// against the store's byte bound, so that relists cannot multiply the
+// memory a store holds.
+func TestPinsAcrossRelistsCountAgainstBounds(t *testing.T) {
+	list := func(gen int, size int) []*Entry {
+		var out []*Entry
+		for i := range 10 {
+			e := entry("a", fmt.Sprintf("p%d", i), uint64(gen*100+i), "")
+			e.Raw = make([]byte, size)
+			out = append(out, e)
+		}
+		return out
+	}
+	tests := []struct {
+		name     string
+		size     int // bytes per object; 10 objects
+		wantKept int // pins of earlier lists still served after 20 relists
+	}{
+		{name: "10MiB_store_4MiB_bound_keeps_none", size: 1 << 20, wantKept: 0},
+		{name: "100KiB_store_4MiB_bound_keeps_some", size: 10 << 10, wantKept: 20},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+			s := NewStore(StoreConfig{History: time.Hour, HistoryMaxBytes: 4 << 20, Clock: clk})
+			var pinned []uint64
+			for gen := 1; gen <= 21; gen++ {
+				rv := uint64(gen * 100)
+				s.Replace(list(gen, tc.size), rv)
+				if gen <= 20 {
+					snap, err := s.At(rv)
+					if err != nil {
+						t.Fatalf("At(%d): %v", rv, err)
+					}
+					s.Pin(rv, snap)
+					pinned = append(pinned, rv)
+				}
+			}
+			kept := 0
+			for _, rv := range pinned {
+				if _, err := s.At(rv); err == nil {
+					kept++
+				} else if !errors.Is(err, ErrNotRetained) {
+					t.Errorf("At(%d) error = %v, want nil or ErrNotRetained", rv, err)
+				}
+			}
+			if tc.wantKept == 0 && kept != 0 {
+				t.Errorf("%d pins of %d MiB lists kept alive past a 4 MiB bound", kept, 10*tc.size>>20)
+			}
+			if tc.wantKept > 0 && kept == 0 {
+				t.Errorf("no pin kept, want pins that fit the bound kept")
+			}
+			if held := s.pinnedBytesLocked(s.current.Load().history[0]) + s.historyBytes; held > 4<<20 {
+				t.Errorf("pins and history hold %d bytes, over the 4 MiB bound", held)
+			}
+		})
+	}
+}
+
+// Compaction drops the snapshots and pins that only hold compacted states;
+// reads of them fail with ErrCompacted, as etcd's do.
+func TestCompact(t *testing.T) {
+	s := NewStore(StoreConfig{History: time.Hour})
+	s.Replace(nil, 10)
+	for rv := uint64(11); rv <= 20; rv++ {
+		s.Apply(Change{Entry: entry("a", fmt.Sprintf("p%d", rv), rv, "")}, rv)
+	}
+	snap12, err := s.At(12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Pin(12, snap12)
+	s.Compact(15)
+	tests := []struct {
+		rv      uint64
+		wantErr error
+	}{
+		{rv: 10, wantErr: ErrCompacted},
+		{rv: 12, wantErr: ErrCompacted}, // pinned, still compacted
+		{rv: 14, wantErr: ErrCompacted},
+		{rv: 15},
+		{rv: 20},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint(tc.rv), func(t *testing.T) {
+			if _, err := s.At(tc.rv); !errors.Is(err, tc.wantErr) {
+				t.Errorf("At(%d) error = %v, want %v", tc.rv, err, tc.wantErr)
+			}
+		})
+	}
+	if got := len(s.current.Load().history); got != 6 {
+		t.Errorf("history holds %d snapshots after compaction at 15, want 6 (15..20)", got)
+	}
+	if s.pins.Contains(12) {
+		t.Error("pin at 12 kept after compaction at 15")
+	}
+	s.Pin(13, snap12)
+	if s.pins.Contains(13) {
+		t.Error("Pin at a compacted revision kept")
+	}
+}
+
+// A walk that re-pins its snapshot page after page cannot hold it forever.
+func TestPinMaxAge(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	s := NewStore(StoreConfig{History: time.Second, PinTTL: time.Minute, PinMaxAge: 5 * time.Minute, Clock: clk})
+	s.Replace(nil, 10)
+	snap, _ := s.At(10)
+	s.Apply(Change{Entry: entry("a", "p1", 11, "")}, 11)
+	s.Pin(10, snap)
+	for range 9 { // a page every 30s for 4.5 minutes
+		clk.SetTime(clk.Now().Add(30 * time.Second))
+		got, err := s.At(10)
+		if err != nil {
+			t.Fatalf("At(10) within the max age: %v", err)
+		}
+		s.Pin(10, got)
+	}
+	clk.SetTime(clk.Now().Add(45 * time.Second))
+	s.Apply(Change{Entry: entry("a", "p2", 12, "")}, 12)
+	if _, err := s.At(10); !errors.Is(err, ErrNotRetained) {
+		t.Errorf("At(10) past the pin's max age error = %v, want ErrNotRetained", err)
+	}
+}
