@@ -320,3 +320,39 @@ func TestEtcdCount(t *testing.T) {
 		t.Errorf("Count at a compacted revision: got %v, want ErrCompacted", err)
 	}
 }
+
+// VerifyPrefix cannot pass vacuously: an empty resource proves nothing, and
+// a prefix with as many keys as the snapshot has objects must still hold
+// those objects.
+func TestEtcdVerifyPrefix(t *testing.T) {
+	client := startEtcd(t)
+	c := newEtcdChecker(t, client)
+	ctx := testContext(t)
+
+	a := put(t, client, "/registry/pods/default/a")
+	b := put(t, client, "/registry/pods/default/b")
+	put(t, client, "/registry/metrics/default/a")
+	m := put(t, client, "/registry/metrics/default/b")
+	rev := m
+
+	pods := PrefixContents{Count: 2, First: KeyRevision{"default/a", a}, Last: KeyRevision{"default/b", b}}
+	for _, tc := range []struct {
+		name    string
+		prefix  string
+		want    PrefixContents
+		wantErr error
+	}{
+		{name: "right_prefix", prefix: "/registry/pods/", want: pods},
+		{name: "empty_resource_wrong_prefix", prefix: "/registry/nothing/", want: PrefixContents{}, wantErr: ErrPrefixUnproven},
+		{name: "empty_resource_right_prefix", prefix: "/registry/pods/", want: PrefixContents{}, wantErr: ErrPrefixUnproven},
+		{name: "same_count_other_objects", prefix: "/registry/metrics/", want: pods, wantErr: ErrPrefixMismatch},
+		{name: "count_differs", prefix: "/registry/nothing/", want: pods, wantErr: ErrPrefixMismatch},
+		{name: "mod_revision_differs", prefix: "/registry/pods/", want: PrefixContents{Count: 2, First: KeyRevision{"default/a", a}, Last: KeyRevision{"default/b", b + 1}}, wantErr: ErrPrefixMismatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := c.VerifyPrefix(ctx, tc.prefix, rev, tc.want); !errors.Is(err, tc.wantErr) {
+				t.Errorf("VerifyPrefix(%q) = %v, want %v", tc.prefix, err, tc.wantErr)
+			}
+		})
+	}
+}

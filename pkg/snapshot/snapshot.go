@@ -234,3 +234,14 @@ func (s *Snapshot) hasAfter(prefix, key string) bool {
 func (s *Snapshot) Ascend(fn func(*Entry) bool) {
 	s.objects.Ascend(fn)
 }
+
+// Ends returns the first and last objects in key order; ok is false for an
+// empty snapshot.
+func (s *Snapshot) Ends() (first, last *Entry, ok bool) {
+	first, ok = s.objects.Min()
+	if !ok {
+		return nil, nil, false
+	}
+	last, _ = s.objects.Max()
+	return first, last, true
+}
