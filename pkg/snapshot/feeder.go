@@ -78,7 +78,9 @@ const (
 	RestartError = "error"
 	// RestartGone: the resourceVersion was too old; the feeder relists.
 	RestartGone = "gone"
-	// RestartStalled: no event and no bookmark for StallTimeout.
+	// RestartStalled: a watch request unanswered for StallTimeout, or an
+	// open watch silent for that long that FeederConfig.Stalled found
+	// broken.
 	RestartStalled = "stalled"
 	// RestartLagging: a caller of Restart proved the store behind (by
 	// etcd's revisions) for too long.
@@ -88,11 +90,11 @@ const (
 // RestartReasons lists every reason OnWatchRestart may report.
 var RestartReasons = []string{RestartClosed, RestartError, RestartGone, RestartStalled, RestartLagging}
 
-// DefaultStallTimeout is how long a watch may deliver nothing before it is
-// abandoned. The apiserver's watch cache sends a bookmark to every watcher
-// that allows them about once a minute (defaultBookmarkFrequency in
-// k8s.io/apiserver/pkg/storage/cacher), so three minutes of silence is a
-// stuck stream, not a quiet resource. Not measured.
+// DefaultStallTimeout is how long a watch request may stay unanswered
+// before it is abandoned, and how often an open watch that delivers nothing
+// is checked with FeederConfig.Stalled. Silence alone proves nothing:
+// resources without a watch cache (events by default, everything under
+// --watch-cache=false) get no bookmarks. Not measured.
 const DefaultStallTimeout = 3 * time.Minute
 
 // Extractor builds an Entry (Key, Namespace, Name, RV, Labels, Fields) from an
@@ -106,11 +108,20 @@ type FeederConfig struct {
 	Extract Extractor
 	// PageSize is the limit of each page of the initial list; 0 selects 500.
 	PageSize int64
-	// StallTimeout abandons a watch (or a watch request) that delivered no
-	// event and no bookmark for this long; it is re-established from the
-	// last resourceVersion. 0 selects DefaultStallTimeout; negative never
-	// abandons a watch.
+	// StallTimeout abandons a watch request that got no answer for this
+	// long, and asks Stalled about an open watch that delivered no event
+	// and no bookmark for this long; an abandoned watch is re-established
+	// from the last resourceVersion. 0 selects DefaultStallTimeout;
+	// negative never abandons a watch.
 	StallTimeout time.Duration
+	// Stalled, when set, decides whether an open watch silent for
+	// StallTimeout is broken (for example: etcd shows changes the store
+	// lacks); it should return within a few seconds or when ctx ends. A
+	// silent watch it does not call broken, or any silent open watch when
+	// it is nil, is kept: quiet is not broken, and a dead connection ends
+	// the read by itself through the transport's health checks (client-go's
+	// HTTP/2 pings, TCP keepalives).
+	Stalled func(ctx context.Context) bool
 	// Clock drives backoff and stall detection; nil selects the real clock.
 	Clock clock.WithTicker
 	// OnRelist and OnWatchRestart, when set, observe the feeder (metrics).
@@ -130,8 +141,9 @@ type FeederConfig struct {
 // Feeder keeps a Store equal to the apiserver: a paginated LIST, then a
 // WATCH with bookmarks from the list's resourceVersion; a broken watch
 // resumes from the last seen resourceVersion, and 410 Gone relists. A watch
-// that stays silent for StallTimeout, or that Restart is called for, is
-// abandoned and resumed the same way.
+// request unanswered for StallTimeout, a silent watch that Stalled calls
+// broken, or a watch that Restart is called for, is abandoned and resumed
+// the same way.
 type Feeder struct {
 	cfg FeederConfig
 
@@ -304,6 +316,7 @@ func (f *Feeder) watch(ctx context.Context, rv string) (string, bool, error) {
 	wctx, abandon := context.WithCancelCause(ctx)
 	var last atomic.Int64 // unix nanoseconds of the last progress
 	last.Store(f.cfg.Clock.Now().UnixNano())
+	var opened atomic.Bool // the watch request was answered
 	watchdogDone := make(chan struct{})
 	if f.cfg.StallTimeout > 0 {
 		// The first timer exists before the request is sent, so that a
@@ -311,7 +324,7 @@ func (f *Feeder) watch(ctx context.Context, rv string) (string, bool, error) {
 		t := f.cfg.Clock.NewTimer(f.cfg.StallTimeout)
 		go func() {
 			defer close(watchdogDone)
-			f.watchdog(wctx, abandon, t, &last)
+			f.watchdog(wctx, abandon, t, &last, &opened)
 		}()
 	} else {
 		close(watchdogDone)
@@ -330,6 +343,7 @@ func (f *Feeder) watch(ctx context.Context, rv string) (string, bool, error) {
 	// Closing ends the read of the watch response; the events already read
 	// are applied and there is nothing to lose or retry if it fails.
 	defer func() { _ = w.Close() }()
+	opened.Store(true)
 	f.setWatching(true)
 	defer f.setWatching(false)
 	progressed := false
@@ -381,9 +395,11 @@ func abandonCause(ctx, wctx context.Context, err error) error {
 	return err
 }
 
-// watchdog abandons the watch of ctx once last (unix nanoseconds) is
-// StallTimeout old. t is its first timer, already started.
-func (f *Feeder) watchdog(ctx context.Context, abandon context.CancelCauseFunc, t clock.Timer, last *atomic.Int64) {
+// watchdog abandons the watch request of ctx once last (unix nanoseconds)
+// is StallTimeout old and the request is still unanswered (opened false),
+// or the watch is open and Stalled calls it broken. t is its first timer,
+// already started.
+func (f *Feeder) watchdog(ctx context.Context, abandon context.CancelCauseFunc, t clock.Timer, last *atomic.Int64, opened *atomic.Bool) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -392,12 +408,26 @@ func (f *Feeder) watchdog(ctx context.Context, abandon context.CancelCauseFunc, 
 		case <-t.C():
 		}
 		silent := f.cfg.Clock.Since(time.Unix(0, last.Load()))
-		if silent >= f.cfg.StallTimeout {
-			klog.InfoS("Watch stalled: no event or bookmark", "store", f.cfg.Name, "silentFor", silent)
-			abandon(&abandonedError{reason: RestartStalled})
+		if silent < f.cfg.StallTimeout {
+			t = f.cfg.Clock.NewTimer(f.cfg.StallTimeout - silent)
+			continue
+		}
+		switch {
+		case !opened.Load():
+			klog.InfoS("Watch request unanswered; abandoning it", "store", f.cfg.Name, "waitedFor", silent)
+		case f.cfg.Stalled != nil && f.cfg.Stalled(ctx):
+			klog.InfoS("Watch stalled: silent, and found broken", "store", f.cfg.Name, "silentFor", silent)
+		default:
+			// Quiet, not broken: look again after another StallTimeout.
+			klog.V(4).InfoS("Watch quiet", "store", f.cfg.Name, "silentFor", silent)
+			t = f.cfg.Clock.NewTimer(f.cfg.StallTimeout)
+			continue
+		}
+		if ctx.Err() != nil {
 			return
 		}
-		t = f.cfg.Clock.NewTimer(f.cfg.StallTimeout - silent)
+		abandon(&abandonedError{reason: RestartStalled})
+		return
 	}
 }
 

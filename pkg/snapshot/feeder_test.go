@@ -111,6 +111,9 @@ type feederHarness struct {
 	mu       sync.Mutex
 	watching []bool      // OnWatching calls, in order
 	progress []time.Time // OnProgress calls, in order
+	// broken is what Stalled answers; stallChecks counts its calls.
+	broken      bool
+	stallChecks int
 }
 
 func newFeederHarness(t *testing.T, stallTimeout time.Duration) *feederHarness {
@@ -123,7 +126,13 @@ func newFeederHarness(t *testing.T, stallTimeout time.Duration) *feederHarness {
 	}
 	h.feeder = NewFeeder(FeederConfig{
 		Store: h.store, Source: h.source, Extract: extractFake, Clock: h.clock,
-		StallTimeout:   stallTimeout,
+		StallTimeout: stallTimeout,
+		Stalled: func(context.Context) bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.stallChecks++
+			return h.broken
+		},
 		Name:           t.Name(),
 		OnWatchRestart: func(reason string) { h.restarts <- reason },
 		OnWatching: func(open bool) {
@@ -201,7 +210,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func TestFeederAbandonsSilentWatch(t *testing.T) {
 	const stall = time.Minute
-	h := newFeederHarness(t, stall).run(t)
+	h := newFeederHarness(t, stall)
+	h.broken = true
+	h.run(t)
 	w := h.nextWatch(t)
 	if w.rv != "10" {
 		t.Fatalf("first watch from %q, want the list's resourceVersion 10", w.rv)
@@ -315,5 +326,56 @@ func TestFeederRestartWithoutWatch(t *testing.T) {
 	}
 	if f.Watching() {
 		t.Error("Watching() = true before Run")
+	}
+}
+
+// A watch that is merely quiet (no events, and no bookmarks: resources
+// without a watch cache get none) is kept however long it stays silent,
+// unless Stalled finds it broken.
+func TestFeederKeepsQuietWatch(t *testing.T) {
+	tests := []struct {
+		name      string
+		noStalled bool // FeederConfig.Stalled is nil
+	}{
+		{name: "stalled_says_quiet"},
+		{name: "no_stalled_check", noStalled: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			const stall = time.Minute
+			h := newFeederHarness(t, stall)
+			if tc.noStalled {
+				h.feeder.cfg.Stalled = nil
+			}
+			h.run(t)
+			w := h.nextWatch(t)
+			eventually(t, "watch open", h.feeder.Watching)
+			for i := range 10 {
+				eventually(t, "watchdog armed", func() bool { return h.clock.Waiters() == 1 })
+				h.clock.Step(stall)
+				if !tc.noStalled {
+					eventually(t, "stall check", func() bool {
+						h.mu.Lock()
+						defer h.mu.Unlock()
+						return h.stallChecks == i+1
+					})
+				}
+			}
+			eventually(t, "watchdog re-armed", func() bool { return h.clock.Waiters() == 1 })
+			h.noRestart(t)
+			if w.ctx.Err() != nil {
+				t.Fatal("a quiet watch was abandoned")
+			}
+			// Once the check calls it broken, it goes.
+			if !tc.noStalled {
+				h.mu.Lock()
+				h.broken = true
+				h.mu.Unlock()
+				h.clock.Step(stall)
+				if got := h.nextRestart(t); got != RestartStalled {
+					t.Errorf("restart reason %q, want %q", got, RestartStalled)
+				}
+			}
+		})
 	}
 }
