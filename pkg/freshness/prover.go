@@ -28,7 +28,8 @@ const (
 	// SnapshotTimeout: the store did not reach the proven change in time.
 	SnapshotTimeout Outcome = "snapshot_timeout"
 	// PrefixUnverified: the resource's etcd prefix disagreed with the
-	// snapshot; its consistent reads pass through.
+	// snapshot, the resource is empty (which proves nothing), or it is an
+	// aggregated API (not in this etcd); its consistent reads pass through.
 	PrefixUnverified Outcome = "prefix_unverified"
 )
 
@@ -51,6 +52,9 @@ type ProverConfig struct {
 	Resource string
 	// Prefix is the resource's etcd key prefix (with a trailing "/").
 	Prefix string
+	// Aggregated marks a resource served by another server through an
+	// APIService: it is not in this etcd, and nothing is proven for it.
+	Aggregated bool
 	// Timeout bounds one proof, including a first verification of the
 	// prefix; 0 selects DefaultProofTimeout.
 	Timeout time.Duration
@@ -69,9 +73,10 @@ type Prover struct {
 	cfg ProverConfig
 	ctx context.Context // ends the tracker
 
-	mu      sync.Mutex // guards tracker and tried
+	mu      sync.Mutex // guards tracker, wrong, empty and tried
 	tracker *Tracker   // nil until the prefix was verified
 	wrong   bool       // the prefix disagreed with the snapshot
+	empty   bool       // the last attempt found the store empty
 	tried   time.Time  // last attempt to verify the prefix
 }
 
@@ -223,20 +228,33 @@ func (p *Prover) proveAndWait(ctx context.Context, t *Tracker, rev int64) (*snap
 }
 
 // verifiedTracker starts the store's tracker on first use and verifies its
-// prefix: the number of keys under it at the snapshot's resourceVersion must
-// equal the snapshot's object count, else the prefix is wrong and reads of
-// the resource cannot be proven (wrong is then true). It returns nil while
-// the prefix could not be verified (no etcd, etcd unreachable within ctx, or
-// the snapshot's revision compacted). Callers bound ctx: other callers wait
-// on mu meanwhile.
+// prefix (Checker.VerifyPrefix): at the snapshot's resourceVersion the prefix
+// must hold as many keys as the snapshot objects, with the same first and
+// last keys at the same mod revisions, else the prefix is wrong and reads of
+// the resource cannot be proven (wrong is then true, for good). An empty
+// store proves nothing: wrong is true until it holds an object, when the
+// prefix is verified at once. An aggregated API is never verified. It
+// returns nil and false while the prefix could not be verified (no etcd,
+// etcd unreachable within ctx, or the snapshot's revision compacted).
+// Callers bound ctx: other callers wait on mu meanwhile.
 func (p *Prover) verifiedTracker(ctx context.Context) (t *Tracker, wrong bool) {
 	if p.cfg.Checker == nil {
 		return nil, false // no etcd: nothing can be proven
 	}
+	if p.cfg.Aggregated {
+		return nil, true
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tracker != nil || p.wrong || time.Since(p.tried) < prefixRetryInterval {
+	if p.tracker != nil || p.wrong {
 		return p.tracker, p.wrong
+	}
+	if p.empty {
+		if snap, _, err := p.cfg.Store.Latest(); err != nil || snap.Len() == 0 {
+			return nil, true
+		}
+	} else if time.Since(p.tried) < prefixRetryInterval {
+		return nil, false
 	}
 	p.tried = time.Now()
 	snap, rv, err := p.cfg.Store.Latest()
@@ -245,23 +263,41 @@ func (p *Prover) verifiedTracker(ctx context.Context) (t *Tracker, wrong bool) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	count, err := p.cfg.Checker.Count(cctx, p.cfg.Prefix, int64(rv))
+	err = p.cfg.Checker.VerifyPrefix(cctx, p.cfg.Prefix, int64(rv), prefixContents(snap))
+	p.empty = errors.Is(err, ErrPrefixUnproven)
 	switch {
+	case p.empty:
+		// Nothing proves an empty resource's prefix: its reads pass
+		// through until it holds an object.
+		return nil, true
+	case errors.Is(err, ErrPrefixMismatch):
+		klog.ErrorS(err, "etcd prefix does not match the resource; its consistent reads pass through (see --etcd-resource-prefix)",
+			"resource", p.cfg.Resource, "prefix", p.cfg.Prefix)
+		p.cfg.Metrics.prefixMismatch(p.cfg.Resource)
+		p.wrong = true
+		return nil, true
 	case err != nil:
 		// Transient, or the snapshot's revision is already compacted: try
 		// again later with a newer snapshot.
 		klog.InfoS("Cannot verify etcd prefix yet", "resource", p.cfg.Resource, "prefix", p.cfg.Prefix, "revision", rv, "err", err)
 		return nil, false
-	case count != int64(snap.Len()):
-		klog.ErrorS(nil, "etcd prefix does not match the resource; its consistent reads pass through (see --etcd-resource-prefix)",
-			"resource", p.cfg.Resource, "prefix", p.cfg.Prefix, "etcdKeys", count, "snapshotObjects", snap.Len())
-		p.cfg.Metrics.prefixMismatch(p.cfg.Resource)
-		p.wrong = true
-		return nil, true
 	}
 	p.tracker = p.cfg.Checker.Track(p.cfg.Prefix, int64(rv))
 	context.AfterFunc(p.ctx, p.tracker.Stop)
 	return p.tracker, false
+}
+
+// prefixContents describes snap for Checker.VerifyPrefix.
+func prefixContents(snap *snapshot.Snapshot) PrefixContents {
+	first, last, ok := snap.Ends()
+	if !ok {
+		return PrefixContents{}
+	}
+	return PrefixContents{
+		Count: int64(snap.Len()),
+		First: KeyRevision{Key: first.Key, ModRevision: int64(first.RV)},
+		Last:  KeyRevision{Key: last.Key, ModRevision: int64(last.RV)},
+	}
 }
 
 // ReadMetrics count consistent reads by outcome.

@@ -305,13 +305,14 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 	}
 	entry := e
 	e.prover = freshness.NewProver(ctx, freshness.ProverConfig{
-		Checker:  l.cfg.Freshness,
-		Store:    store,
-		Resource: info.GVR.GroupResource().String(),
-		Prefix:   prefix,
-		Timeout:  l.cfg.ConsistentReadTimeout,
-		Metrics:  l.cfg.FreshnessMetrics,
-		Behind:   func(rv uint64, proven time.Time) { l.checkLag(entry, rv, proven) },
+		Checker:    l.cfg.Freshness,
+		Store:      store,
+		Resource:   info.GVR.GroupResource().String(),
+		Prefix:     prefix,
+		Aggregated: info.Aggregated,
+		Timeout:    l.cfg.ConsistentReadTimeout,
+		Metrics:    l.cfg.FreshnessMetrics,
+		Behind:     func(rv uint64, proven time.Time) { l.checkLag(entry, rv, proven) },
 	})
 	e.lastUsed.Store(time.Now().UnixNano())
 	l.stores[key] = e

@@ -10,6 +10,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -23,7 +24,10 @@ type resourceInfo struct {
 	Namespaced bool
 	// Custom is true for resources served by a CustomResourceDefinition.
 	Custom bool
-	Fields selectableFields
+	// Aggregated is true for resources of an API group that an APIService
+	// delegates to another server: they are not in the apiserver's etcd.
+	Aggregated bool
+	Fields     selectableFields
 	// fingerprint changes when anything that shapes stored entries changes
 	// (a CRD recreated or its selectable fields edited); stores built for an
 	// older fingerprint are dropped.
@@ -80,6 +84,13 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 	if err != nil {
 		return nil, err
 	}
+	aggregated, err := r.aggregatedGroups(ctx)
+	if err != nil {
+		// Not fatal: prefix verification still refuses a prefix that does
+		// not hold a resource's objects, and an empty resource is never
+		// verified.
+		klog.ErrorS(err, "Cannot tell aggregated APIs apart (grant list on apiservices.apiregistration.k8s.io)")
+	}
 	next := map[schema.GroupVersionResource]*resourceInfo{}
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
@@ -97,8 +108,9 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 			info := &resourceInfo{GVR: gvr, Kind: res.Kind, Namespaced: res.Namespaced}
 			crd, custom := crds[gvr]
 			info.Custom = custom
+			info.Aggregated = !custom && aggregated[gvr.GroupVersion()]
 			info.Fields = fieldsFor(gvr.GroupResource(), custom, res.Namespaced, crd.selectable)
-			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable)
+			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable, info.Aggregated)
 			next[gvr] = info
 		}
 	}
@@ -148,6 +160,27 @@ func (r *registry) customResources(ctx context.Context) (map[schema.GroupVersion
 				cv.selectable = append(cv.selectable, strings.TrimPrefix(f.JSONPath, "."))
 			}
 			out[schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}] = cv
+		}
+	}
+	return out, nil
+}
+
+var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+
+// aggregatedGroups returns the group versions that APIServices delegate to
+// another server (spec.service set); the others are served by the
+// apiserver itself from its etcd.
+func (r *registry) aggregatedGroups(ctx context.Context) (map[schema.GroupVersion]bool, error) {
+	list, err := r.dynamic.Resource(apiServiceGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list apiservices: %w", err)
+	}
+	out := map[schema.GroupVersion]bool{}
+	for _, u := range list.Items {
+		group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
+		version, _, _ := unstructured.NestedString(u.Object, "spec", "version")
+		if svc, found, _ := unstructured.NestedMap(u.Object, "spec", "service"); found && svc != nil {
+			out[schema.GroupVersion{Group: group, Version: version}] = true
 		}
 	}
 	return out, nil

@@ -150,6 +150,7 @@ var variants = []variant{
 				{APIGroups: []string{"apps"}, Resources: []string{"deployments", "replicasets"}, Verbs: []string{"list", "watch"}},
 				{APIGroups: []string{"example.com"}, Resources: []string{"widgets"}, Verbs: []string{"list", "watch"}},
 			}
+			want = append(want, registryRules()...)
 			checkRules(t, r, append(want, serviceModeRules()...))
 		},
 	},
@@ -172,9 +173,9 @@ var variants = []variant{
 			r.mustHave(t, "ConfigMap", fullname+"-kubeconfig")
 			// Exactly list/watch on the cached resources: no authn/authz
 			// reviews and no impersonation.
-			checkRules(t, r, []rbacv1.PolicyRule{
+			checkRules(t, r, append([]rbacv1.PolicyRule{
 				{APIGroups: []string{""}, Resources: []string{"nodes", "pods"}, Verbs: []string{"list", "watch"}},
-			})
+			}, registryRules()...))
 			cfg, err := clientcmd.Load([]byte(r.configMapData(t, fullname+"-kubeconfig", "kubeconfig")))
 			if err != nil {
 				t.Fatalf("kubeconfig ConfigMap: %v", err)
@@ -647,6 +648,16 @@ func checkSidecarExample(t *testing.T, objs []*unstructured.Unstructured) {
 	fromUnstructured(t, r.mustHave(t, "ClusterRoleBinding", "app-listproxy"), &binding)
 	if len(binding.Subjects) != 1 || binding.Subjects[0].Name != p.Spec.ServiceAccountName {
 		t.Errorf("ClusterRoleBinding subjects = %+v, want the pod's ServiceAccount %q", binding.Subjects, p.Spec.ServiceAccountName)
+	}
+}
+
+// registryRules are what every discovery refresh lists besides the cached
+// resources: CustomResourceDefinitions (selectable fields) and APIServices
+// (which APIs are aggregated).
+func registryRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, Verbs: []string{"list"}},
 	}
 }
 

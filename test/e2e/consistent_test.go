@@ -1277,3 +1277,54 @@ func TestProbeCoalescing(t *testing.T) {
 		t.Errorf("%v etcd probes for %d concurrent consistent LISTs, want 1 to %d", probes, readers, maxProbes)
 	}
 }
+
+// An empty resource proves nothing about its etcd prefix: its consistent
+// reads pass through while it is empty, whatever the prefix, and are served
+// from the snapshot once it holds an object under the right prefix only.
+func TestEmptyResourceDoesNotVerifyPrefix(t *testing.T) {
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx := t.Context()
+	const ns = "emptyprefix"
+	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs := cp.Clientset(framework.UserAdmin)
+	// Nothing creates podtemplates: the resource is empty cluster-wide.
+	wrong := newRawClient(t, framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint,
+		"--etcd-resource-prefix=podtemplates=/registry/nothing-here/").Config())
+	right := newRawClient(t, framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint).Config())
+	path := "/api/v1/podtemplates"
+	for _, c := range []rawClient{wrong, right} {
+		waitServed(ctx, t, c, path, url.Values{"resourceVersion": {"0"}})
+	}
+	for name, c := range map[string]rawClient{"wrong_prefix": wrong, "right_prefix": right} {
+		p, err := getListAnswer(ctx, c, path, url.Values{})
+		if err != nil || p.code != http.StatusOK {
+			t.Fatalf("%s: consistent read: HTTP %d, %v", name, p.code, err)
+		}
+		if p.servedFrom != "apiserver" {
+			t.Errorf("%s: consistent read of an empty resource served from %q, want apiserver (nothing verifies the prefix)", name, p.servedFrom)
+		}
+	}
+
+	tmpl := &corev1.PodTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "t1"},
+		Template:   corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}},
+	}
+	if _, err := cs.CoreV1().PodTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Every consistent read after the write sees it, whoever answers.
+	for name, c := range map[string]rawClient{"wrong_prefix": wrong, "right_prefix": right} {
+		p, err := getListAnswer(ctx, c, path, url.Values{})
+		if err != nil || p.code != http.StatusOK || len(p.items) != 1 {
+			t.Errorf("%s: consistent read after a create: HTTP %d, %d items, %v; want the new object", name, p.code, len(p.items), err)
+		}
+	}
+	waitServed(ctx, t, right, path, url.Values{})
+	for range 3 {
+		if p, err := getListAnswer(ctx, wrong, path, url.Values{}); err != nil || p.servedFrom != "apiserver" {
+			t.Errorf("wrong prefix: consistent read served from %q (%v), want apiserver", p.servedFrom, err)
+		}
+	}
+}

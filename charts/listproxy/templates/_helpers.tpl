@@ -77,6 +77,12 @@ Entries are RESOURCE (core group) or RESOURCE.GROUP.
   resources: {{ get $byGroup $group | uniq | sortAlpha | toJson }}
   verbs: ["list", "watch"]
 {{- end }}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list"]
+- apiGroups: ["apiregistration.k8s.io"]
+  resources: ["apiservices"]
+  verbs: ["list"]
 {{- end }}
 {{- end }}
 
