@@ -199,6 +199,9 @@ func (l *Lists) Run(ctx context.Context) {
 	l.ctx = ctx
 	l.mu.Unlock()
 	go l.registry.refreshLoop(ctx, l.cfg.DiscoveryInterval, l.drop)
+	if l.cfg.Freshness != nil {
+		go l.compactionLoop(ctx)
+	}
 	if l.cfg.IdleTTL > 0 {
 		go l.janitor(ctx)
 	}
@@ -245,6 +248,41 @@ func (l *Lists) janitor(ctx context.Context) {
 			}
 		}
 		l.mu.Unlock()
+	}
+}
+
+// compactionInterval is how often the compacted revision the Checker knows
+// is applied to every store. The Checker reads it from etcd every 10s;
+// applying it is a comparison per store.
+const compactionInterval = time.Second
+
+// compactionLoop applies etcd's compacted revision to every store until ctx
+// is done, so that snapshots and pins holding only compacted states are
+// released.
+func (l *Lists) compactionLoop(ctx context.Context) {
+	t := time.NewTicker(compactionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l.mu.RLock()
+		for _, e := range l.stores {
+			l.applyCompaction(e.store)
+		}
+		l.mu.RUnlock()
+	}
+}
+
+// applyCompaction tells store the compacted revision known to the Checker.
+func (l *Lists) applyCompaction(store *snapshot.Store) {
+	if l.cfg.Freshness == nil {
+		return
+	}
+	if rev := l.cfg.Freshness.CompactedRevision(); rev > 0 {
+		store.Compact(uint64(rev))
 	}
 }
 

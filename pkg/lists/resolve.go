@@ -35,6 +35,7 @@ const (
 	ReasonTooLargeRV          Reason = "resource_version_too_large" // 504: etcd itself has not reached the RV
 	ReasonNotOlderThanTimeout Reason = "not_older_than_timeout"     // the store did not reach the RV in time: pass through
 	ReasonContinueExpired     Reason = "continue_expired"           // 410: etcd compacted the token's RV
+	ReasonExactCompacted      Reason = "exact_compacted"            // 410: etcd compacted the exact RV
 	ReasonContinueNotRetained Reason = "continue_not_retained"      // the apiserver continues the list
 	ReasonSnapshotUnavailable Reason = "snapshot_unavailable"       // no snapshot at the RV: pass through
 	ReasonTooManyRequests     Reason = "too_many_requests"          // 429: no room to write the response
@@ -127,13 +128,14 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		if !ok {
 			return pass(ReasonNotSynced)
 		}
+		l.applyCompaction(entry.store)
 		snap, err := entry.store.At(token.RV)
 		if errors.Is(err, snapshot.ErrNotRetained) && token.RV > entry.store.Progress() {
 			// Another replica issued the token at a revision this one has not
 			// seen: the state there is the state at the last change before it.
 			snap, err = entry.prover.At(ctx, token.RV)
 		}
-		if errors.Is(err, snapshot.ErrNotRetained) && l.compacted(ctx, token.RV) {
+		if errors.Is(err, snapshot.ErrCompacted) || errors.Is(err, snapshot.ErrNotRetained) && l.compacted(ctx, token.RV) {
 			// etcd no longer has this revision: the apiserver's 410, with a
 			// token that continues from the same key at the latest RV.
 			l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueExpired)
@@ -203,7 +205,13 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		if !ok {
 			return pass(ReasonNotSynced)
 		}
+		l.applyCompaction(entry.store)
 		snap, err := entry.store.At(d.RV)
+		if errors.Is(err, snapshot.ErrCompacted) {
+			// As the apiserver, whose read of a compacted revision from
+			// etcd fails.
+			return reject(ReasonExactCompacted, paging.ExpiredResourceVersionError())
+		}
 		if err != nil {
 			return pass(ReasonSnapshotUnavailable)
 		}

@@ -8,9 +8,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Messages of the apiserver's 410 for a compacted continue RV,
+// Messages of the apiserver's 410 for a compacted RV,
 // k8s.io/apiserver/pkg/storage/etcd3/errors.go.
 const (
+	expiredMessage = "The resourceVersion for the provided list is too old."
+
 	continueExpiredMessage = "The provided continue parameter is too old " +
 		"to display a consistent list result. You can start a new list without " +
 		"the continue parameter."
@@ -57,6 +59,13 @@ func ExpiredContinueError(newToken string) *apierrors.StatusError {
 	err := apierrors.NewResourceExpired(inconsistentContinueMessage)
 	err.ErrStatus.Continue = newToken // Status.metadata.continue
 	return err
+}
+
+// ExpiredResourceVersionError is the apiserver's 410 Expired for a list at
+// an exact resourceVersion that etcd has compacted (interpretListError in
+// k8s.io/apiserver/pkg/storage/etcd3/errors.go).
+func ExpiredResourceVersionError() *apierrors.StatusError {
+	return apierrors.NewResourceExpired(expiredMessage)
 }
 
 // TooLargeResourceVersionError is the apiserver's 504 Timeout for a read

@@ -1328,3 +1328,92 @@ func TestEmptyResourceDoesNotVerifyPrefix(t *testing.T) {
 		}
 	}
 }
+
+// Once etcd compacts a revision, listproxy stops serving it even while it
+// still holds its snapshot: an exact read answers the apiserver's 410, and
+// a continue token pinned at it answers 410 with a token to continue
+// inconsistently, as the apiserver's own token would.
+func TestCompactedRevisionNotServed(t *testing.T) {
+	const ns = "compactedrv"
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx := t.Context()
+	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs := cp.Clientset(framework.UserAdmin)
+	seedConfigMaps(t, cs, ns, "cm", 10)
+	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
+	lpc := newRawClient(t, lp.Config())
+	apic := newRawClient(t, cp.AdminConfig)
+	path := "/api/v1/namespaces/" + ns + "/configmaps"
+	waitServed(ctx, t, lpc, path, url.Values{})
+
+	first, err := getListAnswer(ctx, lpc, path, url.Values{"limit": {"3"}})
+	if err != nil || first.code != http.StatusOK || first.servedFrom != "snapshot" || first.meta.Continue == "" {
+		t.Fatalf("first page: HTTP %d from %q, continue %q, %v", first.code, first.servedFrom, first.meta.Continue, err)
+	}
+	rv := first.meta.ResourceVersion
+	exact := url.Values{"resourceVersion": {rv}, "resourceVersionMatch": {"Exact"}}
+	if p, err := getListAnswer(ctx, lpc, path, exact); err != nil || p.code != http.StatusOK {
+		t.Fatalf("exact read at %s before compaction: HTTP %d, %v", rv, p.code, err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-late"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	compactEtcdAsAPIServer(t, cp.EtcdEndpoint)
+
+	// Both learn of the compaction by polling etcd (listproxy every 10s,
+	// the apiserver's watch cache every 15s).
+	var lpExact, apiExact, cont listAnswer
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if lpExact, err = getListAnswer(ctx, lpc, path, exact); err != nil {
+			return false, err
+		}
+		if apiExact, err = getListAnswer(ctx, apic, path, exact); err != nil {
+			return false, err
+		}
+		if cont, err = getListAnswer(ctx, lpc, path, url.Values{"limit": {"3"}, "continue": {first.meta.Continue}}); err != nil {
+			return false, err
+		}
+		return lpExact.code != http.StatusOK && apiExact.code != http.StatusOK && cont.code != http.StatusOK, nil
+	})
+	if err != nil {
+		t.Fatalf("after compaction: exact read HTTP %d from %q (apiserver %d), continue HTTP %d from %q; want 410s: %v",
+			lpExact.code, lpExact.servedFrom, apiExact.code, cont.code, cont.servedFrom, err)
+	}
+	if lpExact.code != apiExact.code || lpExact.status.Reason != apiExact.status.Reason || lpExact.status.Message != apiExact.status.Message {
+		t.Errorf("exact read at a compacted revision: listproxy %d %s %q, apiserver %d %s %q",
+			lpExact.code, lpExact.status.Reason, lpExact.status.Message, apiExact.code, apiExact.status.Reason, apiExact.status.Message)
+	}
+	if cont.code != http.StatusGone || cont.status.Reason != metav1.StatusReasonExpired || cont.status.Continue == "" {
+		t.Errorf("continue at a compacted revision: HTTP %d %s, continue %q; want 410 Expired with a token", cont.code, cont.status.Reason, cont.status.Continue)
+	}
+}
+
+// compactEtcdAsAPIServer compacts etcd at its current revision the way
+// kube-apiserver's compactor does: it records the revision in
+// compact_rev_key, which every apiserver watches to learn of compactions,
+// then compacts. It returns the compacted revision.
+func compactEtcdAsAPIServer(t *testing.T, endpoint string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	resp, err := client.Get(ctx, "compact_rev_key", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := resp.Header.Revision
+	if _, err := client.Put(ctx, "compact_rev_key", strconv.FormatInt(rev, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatalf("compact at %d: %v", rev, err)
+	}
+	return rev
+}
