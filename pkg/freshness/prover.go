@@ -147,6 +147,35 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 	return p.cfg.Store.At(last)
 }
 
+// Missing reports whether the store lacks a change of the resource that
+// etcd holds: it reads etcd's current revision, learns the last change at or
+// before it, and waits up to wait for the store to reach it. It returns false
+// when nothing can be proven (no etcd, the prefix not verified, etcd not
+// answering within the proof timeout) or when ctx ends first.
+func (p *Prover) Missing(ctx context.Context, wait time.Duration) bool {
+	if p.cfg.Checker == nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	t, _ := p.verifiedTracker(pctx)
+	if t == nil {
+		return false
+	}
+	rev, err := p.cfg.Checker.CurrentRevision(pctx)
+	if err != nil {
+		return false
+	}
+	last, err := t.LastChangeAtOrBefore(pctx, rev)
+	if err != nil {
+		return false
+	}
+	wctx, wcancel := context.WithTimeout(ctx, wait)
+	defer wcancel()
+	_, _, err = p.cfg.Store.WaitFor(wctx, uint64(last))
+	return errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+}
+
 // TooLargeError reports that etcd itself had not reached a requested
 // resourceVersion in time: the apiserver's 504 "Too large resource version".
 type TooLargeError struct {

@@ -52,3 +52,26 @@ func (l *Lists) checkLag(entry *storeEntry, rv uint64, proven time.Time) {
 		}
 	}()
 }
+
+// watchStalled decides whether entry's watch, silent for the stall timeout,
+// is broken. Silence alone is not evidence: resources without a watch cache
+// get no bookmarks, and a dead connection ends the read by itself (the
+// upstream transport's HTTP/2 health check, TCP keepalives). With etcd and
+// a verified prefix, the watch is broken when etcd holds a change of the
+// resource that the store does not reach within the lag timeout
+// (freshness.Prover.Missing); without them nothing shows it is, and it is
+// kept.
+func (l *Lists) watchStalled(ctx context.Context, entry *storeEntry) bool {
+	if l.cfg.Freshness == nil || entry.prover == nil {
+		return false
+	}
+	lag := l.cfg.WatchLagTimeout
+	if lag <= 0 {
+		lag = defaultWatchLagTimeout
+	}
+	if !entry.prover.Missing(ctx, lag) {
+		return false
+	}
+	klog.InfoS("Silent watch misses changes etcd holds", "resource", entry.info.GVR.String(), "storeProgress", entry.store.Progress())
+	return true
+}

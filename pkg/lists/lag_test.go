@@ -114,3 +114,14 @@ func TestCheckLagWithoutWatch(t *testing.T) {
 		t.Error("lag check started for a feeder with no open watch")
 	}
 }
+// Without etcd nothing shows that a silent watch misses anything: it is
+// quiet, not stalled, and is kept.
+func TestWatchStalledWithoutEtcd(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace(nil, 10)
+	l := &Lists{}
+	entry := &storeEntry{store: store, info: &resourceInfo{GVR: podsGVR}, ctx: context.Background()}
+	if l.watchStalled(context.Background(), entry) {
+		t.Error("watchStalled without etcd = true, want false")
+	}
+}

@@ -90,8 +90,10 @@ type ListsConfig struct {
 	FallbackReject        bool
 	// FreshnessMetrics counts consistent-read outcomes; nil records nothing.
 	FreshnessMetrics *freshness.ReadMetrics
-	// WatchStallTimeout abandons a store's watch that delivered no event or
-	// bookmark for this long (snapshot.FeederConfig.StallTimeout; 0 selects
+	// WatchStallTimeout is how long a store's watch request may go
+	// unanswered, and how often a watch that delivered no event or
+	// bookmark is checked with etcd (watchStalled;
+	// snapshot.FeederConfig.StallTimeout; 0 selects
 	// snapshot.DefaultStallTimeout).
 	WatchStallTimeout time.Duration
 	// WatchLagTimeout restarts a store's watch when the store stays behind
@@ -324,6 +326,7 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 	})
 	source := &apiSource{client: l.client, host: strings.TrimSuffix(l.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
 	ctx, cancel := context.WithCancel(l.ctx)
+	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel}
 	feeder := snapshot.NewFeeder(snapshot.FeederConfig{
 		Store:          store,
 		Source:         source,
@@ -334,9 +337,9 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 		OnWatching:     observe.OnWatching,
 		OnProgress:     observe.OnProgress,
 		StallTimeout:   l.cfg.WatchStallTimeout,
+		Stalled:        func(ctx context.Context) bool { return l.watchStalled(ctx, e) },
 	})
-	go feeder.Run(ctx)
-	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel, feeder: feeder}
+	e.feeder = feeder
 	prefix := ""
 	if l.cfg.Freshness != nil {
 		prefix = l.cfg.EtcdPrefix(info.GVR.GroupResource(), info.Custom)
@@ -352,6 +355,7 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 		Metrics:    l.cfg.FreshnessMetrics,
 		Behind:     func(rv uint64, proven time.Time) { l.checkLag(entry, rv, proven) },
 	})
+	go feeder.Run(ctx)
 	e.lastUsed.Store(time.Now().UnixNano())
 	l.stores[key] = e
 	klog.InfoS("Started snapshot store", "resource", info.GVR.String(), "format", format.String())

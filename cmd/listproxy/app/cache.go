@@ -79,9 +79,10 @@ func newCacheOptions() CacheOptions {
 		EtcdResourcePrefixes:    map[string]string{},
 		ConsistentReadTimeout:   3 * time.Second,
 		ConsistentReadFallback:  "apiserver",
-		// Watch health (not measured): the apiserver sends a bookmark to
-		// every watch about once a minute, so 3 minutes of silence is a
-		// stuck stream; a store that etcd proves behind for 10s is too.
+		// Watch health (not measured): a watch request unanswered for 3
+		// minutes is abandoned, and a watch silent for that long is
+		// checked with etcd; a store that etcd proves behind for 10s has
+		// its watch restarted.
 		WatchStallTimeout: snapshot.DefaultStallTimeout,
 		WatchLagTimeout:   10 * time.Second,
 
@@ -146,7 +147,7 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.ConsistentReadTimeout, "consistent-read-timeout", o.ConsistentReadTimeout,
 		"How long a consistent read may wait for its freshness proof before falling back.")
 	fs.DurationVar(&o.WatchStallTimeout, "watch-stall-timeout", o.WatchStallTimeout,
-		"Re-establish a snapshot store's watch that delivered no event and no bookmark for this long. The apiserver sends bookmarks about once a minute; keep this well above that.")
+		"Abandon a snapshot store's watch request unanswered for this long; check a watch that delivered no event and no bookmark for this long, and re-establish it only if etcd shows changes the store lacks (needs --etcd-servers). A quiet watch is kept: resources without a watch cache get no bookmarks, and dead connections are detected by HTTP/2 health checks and TCP keepalives.")
 	fs.DurationVar(&o.WatchLagTimeout, "watch-lag-timeout", o.WatchLagTimeout,
 		"Re-establish a snapshot store's watch when a consistent read proved with etcd that the store must reach a revision and it has not for this long (needs --etcd-servers).")
 	fs.BoolVar(&o.ServeWatches, "serve-watches", o.ServeWatches,
