@@ -121,7 +121,7 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LimitForRV0, "limit-for-resource-version-0", o.LimitForRV0,
 		"Honour limit (paginate) for resourceVersion=0 lists; the apiserver ignores limit there, KEP-365 allows either.")
 	fs.IntVar(&o.ListScanBudget, "list-scan-budget", o.ListScanBudget,
-		"Most objects one page examines under a selector before returning a shorter page with a continue token; 0 for no bound.")
+		"Most objects one page of a limited list (limit set) examines under a selector before returning a shorter page with a continue token, as KEP-365 allows; a list without a limit is never cut short. 0 for no bound.")
 	fs.DurationVar(&o.DiscoveryInterval, "discovery-refresh-interval", o.DiscoveryInterval,
 		"How often API discovery and CustomResourceDefinitions are re-read.")
 	fs.DurationVar(&o.NotOlderThanWait, "not-older-than-wait", o.NotOlderThanWait,

@@ -1,0 +1,124 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/listproxy/listproxy/pkg/paging"
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/snapshot/wire"
+)
+
+// testPod is a pod entry in namespace ns with label app=name's parity.
+func testPod(ns, name string, rv uint64) *snapshot.Entry {
+	app := "even"
+	if rv%2 == 1 {
+		app = "odd"
+	}
+	raw := fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":%q,"namespace":%q,"resourceVersion":"%d","labels":{"app":%q}}}`, name, ns, rv, app)
+	return &snapshot.Entry{
+		Key: snapshot.ObjectKey(ns, name), Namespace: ns, Name: name, RV: rv,
+		Labels: labels.Set{"app": app},
+		Fields: fields.Set{"metadata.name": name, "metadata.namespace": ns},
+		Raw:    []byte(raw),
+	}
+}
+
+// newServeTestLists returns a Lists serving pods from a synced JSON store
+// holding entries at rv, without an apiserver: requests it does not answer
+// are left to the caller.
+func newServeTestLists(t testing.TB, cfg ListsConfig, entries []*snapshot.Entry, rv uint64) (*Lists, *snapshot.Store) {
+	t.Helper()
+	if cfg.Keys == nil {
+		keys, err := paging.NewRandomKeyring()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Keys = keys
+	}
+	info := &resourceInfo{GVR: podsGVR, Kind: "Pod", Namespaced: true, Fields: fieldsFor(podsGVR.GroupResource(), false, true, nil), fingerprint: "test"}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	store := snapshot.NewStore(snapshot.StoreConfig{History: cfg.History})
+	store.Replace(entries, rv)
+	src := &apiSource{format: wire.JSON}
+	src.envelope.Store(&wire.ListEnvelope{APIVersion: "v1", Kind: "PodList"})
+	l := &Lists{
+		cfg:      cfg,
+		registry: &registry{resources: map[schema.GroupVersionResource]*resourceInfo{podsGVR: info}},
+		inflight: newInflight(cfg.Inflight),
+		stores:   map[storeKey]*storeEntry{},
+		ctx:      ctx,
+	}
+	e := &storeEntry{store: store, source: src, info: info, ctx: ctx, cancel: cancel}
+	l.stores[storeKey{gvr: podsGVR, format: wire.JSON}] = e
+	return l, store
+}
+
+// testList is a decoded JSON list response.
+type testList struct {
+	Metadata metav1.ListMeta   `json:"metadata"`
+	Items    []json.RawMessage `json:"items"`
+}
+
+// serveTest sends a LIST of pods with query q to l and returns whether l
+// answered it, the recorder and the request (as l may have rewritten it).
+func serveTest(l *Lists, path string, q url.Values, header http.Header) (bool, *httptest.ResponseRecorder, *http.Request) {
+	r := httptest.NewRequest(http.MethodGet, path+"?"+q.Encode(), nil)
+	for k, vs := range header {
+		r.Header[k] = vs
+	}
+	rec := httptest.NewRecorder()
+	return l.ServeList(rec, r), rec, r
+}
+
+// An unlimited LIST is never cut short, whatever --list-scan-budget says:
+// the apiserver never paginates a list without a limit. The budget only
+// shortens pages of limited, selective lists.
+func TestServeUnlimitedListIgnoresScanBudget(t *testing.T) {
+	const n = 150000
+	entries := make([]*snapshot.Entry, n)
+	for i := range entries {
+		entries[i] = testPod(fmt.Sprintf("ns-%03d", i%300), fmt.Sprintf("pod-%06d", i), uint64(i+1))
+	}
+	l, _ := newServeTestLists(t, ListsConfig{ScanBudget: 100000, LimitForRV0: true}, entries, n+1)
+	tests := []struct {
+		name         string
+		q            url.Values
+		wantItems    int
+		wantContinue bool
+	}{
+		{name: "unlimited", q: url.Values{"resourceVersion": {"0"}}, wantItems: n},
+		{name: "unlimited_selective", q: url.Values{"resourceVersion": {"0"}, "labelSelector": {"app=odd"}}, wantItems: n / 2},
+		{name: "unlimited_selective_exact", q: url.Values{"resourceVersion": {fmt.Sprint(n + 1)}, "resourceVersionMatch": {"Exact"}, "labelSelector": {"app=odd"}}, wantItems: n / 2},
+		{name: "limited_unselective", q: url.Values{"resourceVersion": {"0"}, "limit": {"120000"}}, wantItems: 120000, wantContinue: true},
+		// A selector nothing matches: the budget ends the page early.
+		{name: "limited_selective_budget", q: url.Values{"resourceVersion": {"0"}, "limit": {"10"}, "labelSelector": {"app=none"}}, wantItems: 0, wantContinue: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			served, rec, _ := serveTest(l, "/api/v1/pods", tc.q, nil)
+			if !served || rec.Code != http.StatusOK {
+				t.Fatalf("served %v, HTTP %d: %s", served, rec.Code, rec.Body.String())
+			}
+			var list testList
+			if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Items) != tc.wantItems || (list.Metadata.Continue != "") != tc.wantContinue {
+				t.Errorf("%d items, continue %q, remainingItemCount %v; want %d items, continue %v",
+					len(list.Items), list.Metadata.Continue, list.Metadata.RemainingItemCount, tc.wantItems, tc.wantContinue)
+			}
+		})
+	}
+}
