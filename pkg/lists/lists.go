@@ -428,21 +428,14 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	req, reason, ok := l.parse(r)
 	if !ok {
 		l.cfg.Metrics.passThrough("", reason)
-		q := r.URL.Query()
-		if token := q.Get("continue"); paging.IsListproxyToken(token) {
-			if col, ok := parseCollection(r); ok {
-				l.handOff(r, col, token, selectorDigest(q.Get("labelSelector"), q.Get("fieldSelector")))
-			}
-		}
+		l.TranslateContinue(r)
 		return false
 	}
 	resource := req.info.GVR.GroupResource().String()
 	served, reason := l.serve(w, r, req)
 	if !served {
 		l.cfg.Metrics.passThrough(resource, reason)
-		if paging.IsListproxyToken(req.query.continueToken) {
-			l.handOff(r, req.col, req.query.continueToken, selectorDigest(req.query.labelSelector, req.query.fieldSelector))
-		}
+		l.TranslateContinue(r)
 		return false
 	}
 	l.cfg.Metrics.served(resource, reason, time.Since(start))
@@ -507,6 +500,27 @@ func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest,
 	return true, v.reason
 }
 
+// TranslateContinue rewrites a listproxy continue token in r's query, if
+// any, for a request that passes through to the apiserver, whether or not
+// it was offered to ServeList (see handOff): the apiserver never sees a
+// listproxy token.
+func (l *Lists) TranslateContinue(r *http.Request) {
+	q := r.URL.Query()
+	token := q.Get("continue")
+	if !paging.IsListproxyToken(token) {
+		return
+	}
+	col, ok := parseCollection(r)
+	if !ok {
+		// Not a collection listproxy knows: no position to hand over.
+		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueInvalid)
+		q.Set("continue", undecodableContinue)
+		r.URL.RawQuery = q.Encode()
+		return
+	}
+	l.handOff(r, col, token, selectorDigest(q.Get("labelSelector"), q.Get("fieldSelector")))
+}
+
 // handOff makes sure the apiserver never sees a listproxy continue token
 // (docs/design.md "Goals", rule 2) on a request listproxy does not answer itself: a
 // token that opens and belongs to the request becomes the apiserver's own
@@ -532,7 +546,7 @@ func (l *Lists) handOff(r *http.Request, col collection, continueToken string, d
 
 // undecodableContinue is not base64url: the apiserver rejects it as an
 // invalid continue token, after its own earlier checks.
-const undecodableContinue = "!"
+const undecodableContinue = paging.UndecodableContinue
 
 // selectorDigest binds a token to its selectors in canonical form, so that
 // an equivalent spelling continues the same list. Unparsable selectors are

@@ -68,3 +68,8 @@ func RelativeKey(namespace, key string) string {
 	}
 	return key
 }
+
+// UndecodableContinue replaces a listproxy continue token that cannot be
+// handed to the apiserver: it is not base64url, so the apiserver rejects it
+// as an invalid continue token, after its own earlier checks.
+const UndecodableContinue = "!"

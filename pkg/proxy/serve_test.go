@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -118,6 +119,94 @@ func TestServeUnlimitedListIgnoresScanBudget(t *testing.T) {
 			if len(list.Items) != tc.wantItems || (list.Metadata.Continue != "") != tc.wantContinue {
 				t.Errorf("%d items, continue %q, remainingItemCount %v; want %d items, continue %v",
 					len(list.Items), list.Metadata.Continue, list.Metadata.RemainingItemCount, tc.wantItems, tc.wantContinue)
+			}
+		})
+	}
+}
+
+// A listproxy continue token never reaches the apiserver raw, also on a
+// request that is not offered to the list server (impersonation, a denied
+// or failed review, no list server): it is handed over as the apiserver's
+// own token for the same position.
+func TestContinueTokenNeverReachesAPIServerRaw(t *testing.T) {
+	var entries []*snapshot.Entry
+	for _, ns := range []string{"a", "b", "broken"} {
+		for i := range 3 {
+			entries = append(entries, testPod(ns, fmt.Sprintf("p%d", i), uint64(len(entries)+1)))
+		}
+	}
+	const rv = 100
+	l, _ := newServeTestLists(t, ListsConfig{}, entries, rv)
+	// firstPage returns the continue token of the first page of path?q.
+	firstPage := func(path string, q url.Values) string {
+		q.Set("limit", "1")
+		q.Set("resourceVersion", fmt.Sprint(rv))
+		q.Set("resourceVersionMatch", "NotOlderThan")
+		_, rec, _ := serveTest(l, path, q, nil)
+		var list testList
+		if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || !paging.IsListproxyToken(list.Metadata.Continue) {
+			t.Fatalf("first page of %s?%s: HTTP %d, continue %q, %v", path, q.Encode(), rec.Code, list.Metadata.Continue, err)
+		}
+		return list.Metadata.Continue
+	}
+
+	seen := make(chan seenRequest, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- record(r)
+		_, _ = w.Write([]byte(`{"kind":"PodList"}`))
+	}))
+	defer up.Close()
+	withAuth := startProxy(t, &rest.Config{Host: up.URL, BearerToken: upstreamToken}, Config{
+		Lists: l,
+		Auth:  &AuthConfig{Authenticator: fakeAuthenticator{}, Authorizer: &fakeAuthorizer{}},
+	})
+	noLists := startProxy(t, &rest.Config{Host: up.URL, BearerToken: upstreamToken}, Config{})
+	alice := http.Header{"Authorization": {"Bearer alice-token"}}
+	impersonating := http.Header{"Authorization": {"Bearer alice-token"}, "Impersonate-User": {"bob"}}
+	selector := url.Values{"fieldSelector": {"metadata.name=p1"}}
+
+	tests := []struct {
+		name       string
+		proxy      *testProxy
+		path       string
+		q          url.Values
+		header     http.Header
+		wantNative string // the apiserver's token; "" for the undecodable value
+	}{
+		{name: "impersonation", proxy: withAuth, path: "/api/v1/namespaces/a/pods", q: url.Values{}, header: impersonating,
+			wantNative: paging.NativeContinue(rv, "p0")},
+		{name: "denied_with_selector", proxy: withAuth, path: "/api/v1/pods", q: selector, header: alice,
+			wantNative: paging.NativeContinue(rv, "a/p1")},
+		{name: "review_failed", proxy: withAuth, path: "/api/v1/namespaces/broken/pods", q: url.Values{}, header: alice,
+			wantNative: paging.NativeContinue(rv, "p0")},
+		{name: "no_list_server", proxy: noLists, path: "/api/v1/namespaces/a/pods", q: url.Values{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q := url.Values{}
+			for k, v := range tc.q {
+				q[k] = v
+			}
+			token := firstPage(tc.path, q)
+			q = url.Values{"limit": {"1"}, "continue": {token}}
+			for k, v := range tc.q {
+				q[k] = v
+			}
+			resp, _ := tc.proxy.get(t, tc.path+"?"+q.Encode(), tc.header)
+			if got := resp.Header.Get(HeaderServedFrom); got != SourceAPIServer {
+				t.Fatalf("%s = %q, want %q", HeaderServedFrom, got, SourceAPIServer)
+			}
+			u, err := url.ParseRequestURI(recv(t, seen).RequestURI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := u.Query().Get("continue")
+			want := tc.wantNative
+			if want == "" {
+				want = paging.UndecodableContinue
+			}
+			if got != want {
+				t.Errorf("apiserver got continue %q, want %q", got, want)
 			}
 		})
 	}
