@@ -64,8 +64,10 @@ type ListsConfig struct {
 	// resourceVersion; past it the request passes through. Upstream's watch
 	// cache waits 3s.
 	NotOlderThanWait time.Duration
-	// LimitForRV0 honours limit for resourceVersion="0" (the apiserver
-	// ignores it there; KEP-365 allows either).
+	// LimitForRV0 honours limit for resourceVersion="0". The apiserver
+	// ignores it there (KEP-365 allows either); a reflector that gets a
+	// paginated answer then relists with exact reads (client-go
+	// tools/cache/reflector.go, paginatedResult).
 	LimitForRV0 bool
 	// ScanBudget bounds the objects one page examines under a selector; 0 is
 	// no bound.

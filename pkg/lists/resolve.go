@@ -207,6 +207,12 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		}
 		l.applyCompaction(entry.store)
 		snap, err := entry.store.At(d.RV)
+		if errors.Is(err, snapshot.ErrNotRetained) && d.RV > entry.store.Progress() {
+			// Newer than the store has seen (a reflector relisting at an
+			// RV from its watch through the apiserver): etcd says which
+			// change was the last at or before it.
+			snap, err = entry.prover.At(ctx, d.RV)
+		}
 		if errors.Is(err, snapshot.ErrCompacted) {
 			// As the apiserver, whose read of a compacted revision from
 			// etcd fails.

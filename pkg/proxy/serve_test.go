@@ -211,3 +211,40 @@ func TestContinueTokenNeverReachesAPIServerRaw(t *testing.T) {
 		})
 	}
 }
+
+// As the apiserver, a resourceVersion=0 list ignores limit unless
+// --limit-for-resource-version-0 asks otherwise: a paginated answer turns
+// client-go's reflector to exact relists.
+func TestServeRV0Limit(t *testing.T) {
+	var entries []*snapshot.Entry
+	for i := range 20 {
+		entries = append(entries, testPod("a", fmt.Sprintf("p%02d", i), uint64(i+1)))
+	}
+	tests := []struct {
+		name         string
+		limitForRV0  bool
+		q            url.Values
+		wantItems    int
+		wantContinue bool
+	}{
+		{name: "default_ignores_limit", q: url.Values{"resourceVersion": {"0"}, "limit": {"5"}}, wantItems: 20},
+		{name: "opt_in_paginates", limitForRV0: true, q: url.Values{"resourceVersion": {"0"}, "limit": {"5"}}, wantItems: 5, wantContinue: true},
+		{name: "not_older_than_paginates", q: url.Values{"resourceVersion": {"1"}, "resourceVersionMatch": {"NotOlderThan"}, "limit": {"5"}}, wantItems: 5, wantContinue: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := newServeTestLists(t, ListsConfig{LimitForRV0: tc.limitForRV0}, entries, 30)
+			served, rec, _ := serveTest(l, "/api/v1/pods", tc.q, nil)
+			if !served || rec.Code != http.StatusOK {
+				t.Fatalf("served %v, HTTP %d: %s", served, rec.Code, rec.Body.String())
+			}
+			var list testList
+			if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Items) != tc.wantItems || (list.Metadata.Continue != "") != tc.wantContinue {
+				t.Errorf("%d items, continue %q; want %d items, continue %v", len(list.Items), list.Metadata.Continue, tc.wantItems, tc.wantContinue)
+			}
+		})
+	}
+}

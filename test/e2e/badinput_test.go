@@ -125,7 +125,7 @@ func TestBadInputCatalogue(t *testing.T) {
 	waitServed(ctx, t, lpc, allPods, url.Values{"limit": {"1"}})
 
 	// Tokens: listproxy's own, and the apiserver's for the same list.
-	first, err := getList(ctx, lpc, allPods, url.Values{"resourceVersion": {"0"}, "limit": {"5"}})
+	first, err := getList(ctx, lpc, allPods, url.Values{"resourceVersion": {"1"}, "resourceVersionMatch": {"NotOlderThan"}, "limit": {"5"}})
 	if err != nil || first.servedFrom != "snapshot" || !strings.HasPrefix(first.meta.Continue, "lp1.") {
 		t.Fatalf("first page from listproxy: served from %q, continue %q, %v", first.servedFrom, first.meta.Continue, err)
 	}

@@ -373,6 +373,11 @@ func checkRequest(ctx context.Context, t *testing.T, lpc, apic rawClient, req re
 	// The oracle: the apiserver at exactly that resourceVersion.
 	oracle := req
 	oracle.mode, oracle.rv = rvExact, rv
+	if req.mode == rvZero {
+		// The apiserver ignores limit at resourceVersion=0, and so does
+		// listproxy by default.
+		oracle.limit = 0
+	}
 	q := oracle.query()
 	// The watch cache answers latest reads of pods by spec.nodeName from its
 	// index, where "more" means more matches; exact reads scan.

@@ -302,17 +302,20 @@ func TestBadContinueTokens(t *testing.T) {
 		allPods = "/api/v1/pods"
 		ns0Pods = "/api/v1/namespaces/ns-0/pods"
 	)
-	rv0 := func(extra ...string) url.Values {
-		q := url.Values{"resourceVersion": {"0"}, "limit": {"10"}}
+	// latest is a limited read of the latest snapshot (NotOlderThan: the
+	// apiserver ignores limit at resourceVersion=0, and so does listproxy
+	// by default).
+	latest := func(extra ...string) url.Values {
+		q := url.Values{"resourceVersion": {"1"}, "resourceVersionMatch": {"NotOlderThan"}, "limit": {"10"}}
 		for i := 0; i+1 < len(extra); i += 2 {
 			q.Set(extra[i], extra[i+1])
 		}
 		return q
 	}
 	for _, c := range []rawClient{lpc, otherc} {
-		waitServed(ctx, t, c, allPods, rv0())
+		waitServed(ctx, t, c, allPods, latest())
 	}
-	waitServed(ctx, t, lpc, "/api/v1/services", rv0())
+	waitServed(ctx, t, lpc, "/api/v1/services", latest())
 	// token returns the continue token of a first page.
 	token := func(c rawClient, path string, q url.Values) string {
 		t.Helper()
@@ -336,13 +339,13 @@ func TestBadContinueTokens(t *testing.T) {
 		return p.meta.Continue
 	}
 
-	good := token(lpc, allPods, rv0())
-	goodNative := native(allPods, rv0())
-	nsToken := token(lpc, ns0Pods, rv0())
-	selToken := token(lpc, allPods, rv0("labelSelector", "app=a"))
-	selNative := native(allPods, rv0("labelSelector", "app=a"))
-	fieldToken := token(lpc, allPods, rv0("fieldSelector", "spec.nodeName=node-1", "limit", "3"))
-	foreign := token(otherc, allPods, rv0())
+	good := token(lpc, allPods, latest())
+	goodNative := native(allPods, latest())
+	nsToken := token(lpc, ns0Pods, latest())
+	selToken := token(lpc, allPods, latest("labelSelector", "app=a"))
+	selNative := native(allPods, latest("labelSelector", "app=a"))
+	fieldToken := token(lpc, allPods, latest("fieldSelector", "spec.nodeName=node-1", "limit", "3"))
+	foreign := token(otherc, allPods, latest())
 	huge := "lp1." + strings.Repeat("A", 5000)
 
 	with := func(tok string, extra ...string) url.Values {
@@ -498,7 +501,7 @@ func TestBadContinueTokens(t *testing.T) {
 
 	// Equivalent spellings of a selector are the same list.
 	t.Run("equivalent_label_selector", func(t *testing.T) {
-		tok := token(lpc, allPods, rv0("labelSelector", "app=a,tier=x"))
+		tok := token(lpc, allPods, latest("labelSelector", "app=a,tier=x"))
 		p, err := getList(ctx, lpc, allPods, with(tok, "labelSelector", "tier=x,app=a"))
 		if err != nil {
 			t.Fatalf("continue with the selector's terms reordered: %v", err)
@@ -521,7 +524,7 @@ func TestBadContinueTokens(t *testing.T) {
 	// Nothing broke: a full walk is still served from the snapshot and
 	// equals the apiserver's list at its resourceVersion.
 	t.Run("still_serving", func(t *testing.T) {
-		first, err := getList(ctx, lpc, allPods, url.Values{"resourceVersion": {"0"}, "limit": {"25"}})
+		first, err := getList(ctx, lpc, allPods, url.Values{"resourceVersion": {"1"}, "resourceVersionMatch": {"NotOlderThan"}, "limit": {"25"}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -362,3 +362,18 @@ func TestOriginPolicy(t *testing.T) {
 		})
 	}
 }
+
+// Defaults that decide what clients see follow the apiserver: a
+// resourceVersion=0 list ignores limit (a paginated answer turns client-go's
+// reflector to exact relists).
+func TestDefaultsFollowAPIServer(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o.Cache.LimitForRV0 {
+		t.Error("--limit-for-resource-version-0 defaults to true, want false (the apiserver ignores limit at resourceVersion=0)")
+	}
+}

@@ -71,7 +71,6 @@ func newCacheOptions() CacheOptions {
 		SnapshotHistoryMaxBytes: 1 << 30,
 		SnapshotHistoryMaxRatio: 0.1,
 		IdleResourceTTL:         15 * time.Minute,
-		LimitForRV0:             true,
 		ListScanBudget:          100000,
 		DiscoveryInterval:       10 * time.Second,
 		NotOlderThanWait:        3 * time.Second,
@@ -119,7 +118,7 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ContinueTokenKeysFile, "continue-token-keys-file", o.ContinueTokenKeysFile,
 		"File of continue-token keys, one per line, base64 of 32 random bytes; the first seals, all open; re-read when it changes. Share it between replicas. Empty: a random key per process (tokens do not survive restarts).")
 	fs.BoolVar(&o.LimitForRV0, "limit-for-resource-version-0", o.LimitForRV0,
-		"Honour limit (paginate) for resourceVersion=0 lists; the apiserver ignores limit there, KEP-365 allows either.")
+		"Honour limit (paginate) for resourceVersion=0 lists. Off by default, as the apiserver: client-go's reflector that gets a paginated answer to its resourceVersion=0 list relists from then on with resourceVersion=N&limit=500, exact reads that a restarted or new listproxy may not hold, so they reach the apiserver at once. On, large RV=0 lists cost less memory per response; KEP-365 allows either.")
 	fs.IntVar(&o.ListScanBudget, "list-scan-budget", o.ListScanBudget,
 		"Most objects one page of a limited list (limit set) examines under a selector before returning a shorter page with a continue token, as KEP-365 allows; a list without a limit is never cut short. 0 for no bound.")
 	fs.DurationVar(&o.DiscoveryInterval, "discovery-refresh-interval", o.DiscoveryInterval,
