@@ -434,8 +434,10 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	resource := req.info.GVR.GroupResource().String()
+	setAPIServerHeaders(w.Header(), r, req.info)
 	served, reason := l.serve(w, r, req)
 	if !served {
+		unsetAPIServerHeaders(w.Header())
 		l.cfg.Metrics.passThrough(resource, reason)
 		l.TranslateContinue(r)
 		return false
@@ -624,6 +626,11 @@ func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format
 	h.Set("Content-Type", format.ContentType())
 	h.Set("Cache-Control", "no-cache, private")
 	h.Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+	// The apiserver gzips when the encoded body exceeds the threshold.
+	n, sizeErr := wire.ListSize(format, env, items)
+	if sizeErr == nil {
+		size = int(n)
+	}
 	if size > gzipThreshold && acceptsGzip(r) {
 		h.Set("Content-Encoding", "gzip")
 		h.Add("Vary", "Accept-Encoding")
@@ -635,7 +642,7 @@ func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format
 	}
 	// A known length spares net/http chunking the body (fewer writes per
 	// byte on the largest responses).
-	if n, err := wire.ListSize(format, env, items); err == nil {
+	if sizeErr == nil {
 		h.Set("Content-Length", strconv.FormatInt(n, 10))
 	}
 	w.WriteHeader(http.StatusOK)

@@ -12,8 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/apiserver/pkg/endpoints/deprecation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 )
 
@@ -27,7 +30,11 @@ type resourceInfo struct {
 	// Aggregated is true for resources of an API group that an APIService
 	// delegates to another server: they are not in the apiserver's etcd.
 	Aggregated bool
-	Fields     selectableFields
+	// Warnings are the deprecation warnings the apiserver sends with every
+	// response of this version (a CRD version marked deprecated, or a
+	// built-in API deprecated in the apiserver's release).
+	Warnings []string
+	Fields   selectableFields
 	// fingerprint changes when anything that shapes stored entries changes
 	// (a CRD recreated or its selectable fields edited); stores built for an
 	// older fingerprint are dropped.
@@ -91,6 +98,7 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 		// verified.
 		klog.ErrorS(err, "Cannot tell aggregated APIs apart (grant list on apiservices.apiregistration.k8s.io)")
 	}
+	major, minor := r.serverMajorMinor()
 	next := map[schema.GroupVersionResource]*resourceInfo{}
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
@@ -109,6 +117,11 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 			crd, custom := crds[gvr]
 			info.Custom = custom
 			info.Aggregated = !custom && aggregated[gvr.GroupVersion()]
+			if custom {
+				info.Warnings = crd.warnings
+			} else {
+				info.Warnings = builtinDeprecation(gv.WithKind(res.Kind), major, minor)
+			}
 			info.Fields = fieldsFor(gvr.GroupResource(), custom, res.Namespaced, crd.selectable)
 			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable, info.Aggregated)
 			next[gvr] = info
@@ -136,6 +149,8 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 type crdVersion struct {
 	uid        string
 	selectable []string
+	// warnings is the deprecation warning of a deprecated version.
+	warnings []string
 }
 
 // customResources lists the CRDs' served versions with their selectable fields.
@@ -156,6 +171,9 @@ func (r *registry) customResources(ctx context.Context) (map[schema.GroupVersion
 				continue
 			}
 			cv := crdVersion{uid: string(crd.UID)}
+			if v.Deprecated {
+				cv.warnings = []string{crdDeprecationWarning(crd.Spec, v)}
+			}
 			for _, f := range v.SelectableFields {
 				cv.selectable = append(cv.selectable, strings.TrimPrefix(f.JSONPath, "."))
 			}
@@ -163,6 +181,62 @@ func (r *registry) customResources(ctx context.Context) (map[schema.GroupVersion
 		}
 	}
 	return out, nil
+}
+
+// crdDeprecationWarning is the warning the apiserver sends for a deprecated
+// CRD version: its deprecationWarning, or "<group>/<version> <Kind> is
+// deprecated", naming the newest served version that is not deprecated and
+// is newer than this one, if any (apiextensions-apiserver's
+// customresource_handler.go).
+func crdDeprecationWarning(spec apiextensionsv1.CustomResourceDefinitionSpec, v apiextensionsv1.CustomResourceDefinitionVersion) string {
+	if v.DeprecationWarning != nil {
+		return *v.DeprecationWarning
+	}
+	msg := fmt.Sprintf("%s/%s %s is deprecated", spec.Group, v.Name, spec.Names.Kind)
+	newest := ""
+	for _, other := range spec.Versions {
+		if !other.Served || other.Deprecated || version.CompareKubeAwareVersionStrings(v.Name, other.Name) >= 0 {
+			continue
+		}
+		if newest == "" || version.CompareKubeAwareVersionStrings(other.Name, newest) > 0 {
+			newest = other.Name
+		}
+	}
+	if newest != "" {
+		msg += fmt.Sprintf("; use %s/%s %s", spec.Group, newest, spec.Names.Kind)
+	}
+	return msg
+}
+
+// builtinDeprecation returns the warning the apiserver sends for a built-in
+// kind deprecated in its release major.minor (k8s.io/apiserver/pkg/endpoints
+// deprecation), or nil.
+func builtinDeprecation(gvk schema.GroupVersionKind, major, minor int) []string {
+	obj, err := clientscheme.Scheme.New(gvk)
+	if err != nil {
+		return nil // not a kind client-go knows: not a built-in API
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	if !deprecation.IsDeprecated(obj, major, minor) {
+		return nil
+	}
+	return []string{deprecation.WarningMessage(obj)}
+}
+
+// serverMajorMinor returns the apiserver's release, or 0, 0 when unknown
+// (every kind with a deprecation version then counts as deprecated, as in
+// the apiserver).
+func (r *registry) serverMajorMinor() (int, int) {
+	info, err := r.discovery.ServerVersion()
+	if err != nil {
+		klog.V(2).InfoS("Reading the apiserver's version failed", "err", err)
+		return 0, 0
+	}
+	major, minor, err := deprecation.MajorMinor(*info)
+	if err != nil {
+		return 0, 0
+	}
+	return major, minor
 }
 
 var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}

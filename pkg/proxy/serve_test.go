@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -244,6 +246,103 @@ func TestServeRV0Limit(t *testing.T) {
 			}
 			if len(list.Items) != tc.wantItems || (list.Metadata.Continue != "") != tc.wantContinue {
 				t.Errorf("%d items, continue %q; want %d items, continue %v", len(list.Items), list.Metadata.Continue, tc.wantItems, tc.wantContinue)
+			}
+		})
+	}
+}
+
+// Answers from a snapshot carry the apiserver's Audit-Id (the caller's, or a
+// new one) and deprecation warnings; a request that passes through carries
+// neither from listproxy (the apiserver's answer has its own).
+func TestServeAPIServerHeaders(t *testing.T) {
+	l, _ := newServeTestLists(t, ListsConfig{}, []*snapshot.Entry{testPod("a", "p", 1)}, 10)
+	l.registry.resources[podsGVR].Warnings = []string{`v1 Pod is "deprecated"`}
+	tests := []struct {
+		name        string
+		q           url.Values
+		auditID     string
+		wantServed  bool
+		wantAuditID string // "*": any non-empty value
+	}{
+		{name: "served_echoes_audit_id", q: url.Values{"resourceVersion": {"0"}}, auditID: "caller-id", wantServed: true, wantAuditID: "caller-id"},
+		{name: "served_mints_audit_id", q: url.Values{"resourceVersion": {"0"}}, wantServed: true, wantAuditID: "*"},
+		{name: "status_from_snapshot", q: url.Values{"resourceVersion": {"99"}, "resourceVersionMatch": {"Exact"}, "continue": {"lp1.x"}}, wantServed: true, wantAuditID: "*"},
+		{name: "pass_through", q: url.Values{"resourceVersion": {"5"}, "resourceVersionMatch": {"Exact"}}, auditID: "caller-id"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := http.Header{}
+			if tc.auditID != "" {
+				h.Set("Audit-Id", tc.auditID)
+			}
+			served, rec, _ := serveTest(l, "/api/v1/pods", tc.q, h)
+			if served != tc.wantServed {
+				t.Fatalf("served %v, want %v (HTTP %d %s)", served, tc.wantServed, rec.Code, rec.Body.String())
+			}
+			gotID, gotWarnings := rec.Header().Get("Audit-Id"), rec.Header().Values("Warning")
+			if !served {
+				if gotID != "" || len(gotWarnings) != 0 {
+					t.Errorf("pass-through left Audit-Id %q and Warning %q", gotID, gotWarnings)
+				}
+				return
+			}
+			if (tc.wantAuditID == "*" && gotID == "") || (tc.wantAuditID != "*" && gotID != tc.wantAuditID) {
+				t.Errorf("Audit-Id %q, want %q", gotID, tc.wantAuditID)
+			}
+			if want := []string{`299 - "v1 Pod is \"deprecated\""`}; !slices.Equal(gotWarnings, want) {
+				t.Errorf("Warning %q, want %q", gotWarnings, want)
+			}
+		})
+	}
+}
+
+func TestDeprecationWarnings(t *testing.T) {
+	v := func(name string, served, deprecated bool) apiextensionsv1.CustomResourceDefinitionVersion {
+		return apiextensionsv1.CustomResourceDefinitionVersion{Name: name, Served: served, Deprecated: deprecated}
+	}
+	custom := "widgets v1alpha1 go away"
+	withWarning := v("v1alpha1", true, true)
+	withWarning.DeprecationWarning = &custom
+	spec := func(versions ...apiextensionsv1.CustomResourceDefinitionVersion) apiextensionsv1.CustomResourceDefinitionSpec {
+		return apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Widget"}, Versions: versions}
+	}
+	crdTests := []struct {
+		name string
+		spec apiextensionsv1.CustomResourceDefinitionSpec
+		v    apiextensionsv1.CustomResourceDefinitionVersion
+		want string
+	}{
+		{name: "own_warning", spec: spec(withWarning, v("v1", true, false)), v: withWarning, want: custom},
+		{name: "newest_served_replacement", spec: spec(v("v1beta1", true, true), v("v1", true, false), v("v2", true, false), v("v3", false, false)), v: v("v1beta1", true, true),
+			want: "example.com/v1beta1 Widget is deprecated; use example.com/v2 Widget"},
+		{name: "no_replacement", spec: spec(v("v1", true, true), v("v1beta1", true, false)), v: v("v1", true, true),
+			want: "example.com/v1 Widget is deprecated"},
+	}
+	for _, tc := range crdTests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := crdDeprecationWarning(tc.spec, tc.v); got != tc.want {
+				t.Errorf("crdDeprecationWarning() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+
+	fs := schema.GroupVersionKind{Group: "flowcontrol.apiserver.k8s.io", Version: "v1beta3", Kind: "FlowSchema"}
+	builtinTests := []struct {
+		name         string
+		gvk          schema.GroupVersionKind
+		major, minor int
+		want         []string
+	}{
+		{name: "deprecated_in_release", gvk: fs, major: 1, minor: 36,
+			want: []string{"flowcontrol.apiserver.k8s.io/v1beta3 FlowSchema is deprecated in v1.29+, unavailable in v1.32+; use flowcontrol.apiserver.k8s.io/v1 FlowSchema"}},
+		{name: "not_yet_deprecated", gvk: fs, major: 1, minor: 28},
+		{name: "ga", gvk: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, major: 1, minor: 36},
+		{name: "unknown_kind", gvk: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, major: 1, minor: 36},
+	}
+	for _, tc := range builtinTests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := builtinDeprecation(tc.gvk, tc.major, tc.minor); !slices.Equal(got, tc.want) {
+				t.Errorf("builtinDeprecation(%v) = %q, want %q", tc.gvk, got, tc.want)
 			}
 		})
 	}
