@@ -218,3 +218,55 @@ func TestIdleStoresAreDropped(t *testing.T) {
 		t.Fatalf("no %s after the store restarted", series)
 	}
 }
+
+// A LIST of a deprecated CRD version answered from a snapshot carries the
+// same deprecation Warning headers as the apiserver's answer, and an
+// Audit-Id.
+func TestDeprecatedCRDVersionWarnings(t *testing.T) {
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx := t.Context()
+	schemaProps := &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object"}}
+	custom := "demo.listproxy.io/v1alpha1 Doohickey is going away; migrate"
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "doohickeys.demo.listproxy.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "demo.listproxy.io",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "doohickeys", Singular: "doohickey", Kind: "Doohickey", ListKind: "DoohickeyList"},
+			Scope: apiextensionsv1.ClusterScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
+				{Name: "v1alpha1", Served: true, Deprecated: true, DeprecationWarning: &custom, Schema: schemaProps},
+				{Name: "v1beta1", Served: true, Deprecated: true, Schema: schemaProps},
+				{Name: "v1", Served: true, Storage: true, Schema: schemaProps},
+			},
+		},
+	}
+	if _, err := apiextensionsclient.NewForConfigOrDie(cp.AdminConfig).ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lpc, apic := newRawClient(t, framework.StartListproxy(t, cp).Config()), newRawClient(t, cp.AdminConfig)
+	for _, version := range []string{"v1alpha1", "v1beta1", "v1"} {
+		t.Run(version, func(t *testing.T) {
+			path := "/apis/demo.listproxy.io/" + version + "/doohickeys"
+			q := url.Values{"resourceVersion": {"0"}}
+			var hdr http.Header
+			err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+				code, h, _, err := lpc.get(ctx, path, q, acceptJSON)
+				hdr = h
+				return err == nil && code == http.StatusOK && h.Get("X-Listproxy-Served-From") == "snapshot", nil
+			})
+			if err != nil {
+				t.Fatalf("%s never served from a snapshot: %v", path, err)
+			}
+			_, apiHdr, _, err := apic.get(ctx, path, q, acceptJSON)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := hdr.Values("Warning"), apiHdr.Values("Warning"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Errorf("Warning headers: listproxy %q, apiserver %q", got, want)
+			}
+			if hdr.Get("Audit-Id") == "" {
+				t.Error("no Audit-Id on a snapshot answer")
+			}
+		})
+	}
+}
