@@ -142,13 +142,16 @@ func TestTokenSharedAcrossReplicas(t *testing.T) {
 	}
 	var fromA []issued
 	for _, mode := range []struct {
-		name string
-		rv   string // "" for a consistent read
+		name  string
+		rv    string // "" for a consistent read
+		match string
 		// unrelatedWrite moves etcd's revision past the pods' last change
 		// before page 1, as other resources' writes do in a real cluster.
 		unrelatedWrite bool
 	}{
-		{name: "resource_version_0", rv: "0"},
+		// Latest: resourceVersion=0 ignores limit (as the apiserver), so
+		// a paginated latest read asks NotOlderThan.
+		{name: "latest", rv: "1", match: "NotOlderThan"},
 		{name: "consistent", rv: ""},
 		{name: "consistent_after_unrelated_write", rv: "", unrelatedWrite: true},
 	} {
@@ -161,6 +164,9 @@ func TestTokenSharedAcrossReplicas(t *testing.T) {
 			q := url.Values{"limit": {limit}}
 			if mode.rv != "" {
 				q.Set("resourceVersion", mode.rv)
+			}
+			if mode.match != "" {
+				q.Set("resourceVersionMatch", mode.match)
 			}
 			first, err := getList(ctx, a, path, q)
 			if err != nil {
