@@ -114,6 +114,7 @@ func TestCheckLagWithoutWatch(t *testing.T) {
 		t.Error("lag check started for a feeder with no open watch")
 	}
 }
+
 // Without etcd nothing shows that a silent watch misses anything: it is
 // quiet, not stalled, and is kept.
 func TestWatchStalledWithoutEtcd(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,6 +81,8 @@ func (a *fakeAuthorizer) calls() int {
 type podLists struct{}
 
 func (podLists) Cacheable(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/pods") }
+
+func (podLists) TranslateContinue(*http.Request) {}
 
 func (podLists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	if !strings.HasSuffix(r.URL.Path, "/pods") {
@@ -233,5 +236,66 @@ func TestAuthNoCallerFailsClosed(t *testing.T) {
 	pass.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/api/v1/namespaces", nil))
 	if w.Code != http.StatusServiceUnavailable || hits.Load() != 0 {
 		t.Errorf("pass-through without caller = %d with %d upstream hits, want 503 and none", w.Code, hits.Load())
+	}
+}
+
+// translatingLists is podLists that marks the continue tokens it
+// translates.
+type translatingLists struct{ podLists }
+
+func (translatingLists) TranslateContinue(r *http.Request) {
+	q := r.URL.Query()
+	if c := q.Get("continue"); c != "" {
+		q.Set("continue", "translated:"+c)
+		r.URL.RawQuery = q.Encode()
+	}
+}
+
+// A listproxy continue token never reaches the apiserver raw, also on a
+// request that is not offered to the list server (impersonation, a denied
+// or failed review): the list server translates it.
+func TestContinueTokenNeverReachesAPIServerRaw(t *testing.T) {
+	seen := make(chan seenRequest, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- record(r)
+		_, _ = io.WriteString(w, `{"kind":"PodList"}`)
+	}))
+	defer up.Close()
+	upstream := &rest.Config{Host: up.URL, BearerToken: upstreamToken}
+	withAuth := startProxy(t, upstream, Config{
+		Lists: translatingLists{},
+		Auth:  &auth.Config{Authenticator: fakeAuthenticator{}, Authorizer: &fakeAuthorizer{}},
+	})
+	const token = "lp1.sometoken"
+	alice := http.Header{"Authorization": {"Bearer alice-token"}}
+	tests := []struct {
+		name   string
+		proxy  *testProxy
+		path   string
+		header http.Header
+		want   string
+	}{
+		{name: "impersonation", proxy: withAuth, path: "/api/v1/namespaces/a/pods", header: http.Header{"Authorization": {"Bearer alice-token"}, "Impersonate-User": {"bob"}}, want: "translated:" + token},
+		{name: "denied_with_selector", proxy: withAuth, path: "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", header: alice, want: "translated:" + token},
+		{name: "review_failed", proxy: withAuth, path: "/api/v1/namespaces/broken/pods", header: alice, want: "translated:" + token},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sep := "?"
+			if strings.Contains(tc.path, "?") {
+				sep = "&"
+			}
+			resp, _ := tc.proxy.get(t, tc.path+sep+"limit=1&continue="+url.QueryEscape(token), tc.header)
+			if got := resp.Header.Get(httpapi.HeaderServedFrom); got != httpapi.SourceAPIServer {
+				t.Fatalf("%s = %q, want %q", httpapi.HeaderServedFrom, got, httpapi.SourceAPIServer)
+			}
+			u, err := url.ParseRequestURI(recv(t, seen).RequestURI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := u.Query().Get("continue"); got != tc.want {
+				t.Errorf("apiserver got continue %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

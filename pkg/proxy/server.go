@@ -31,7 +31,6 @@ import (
 
 	"github.com/listproxy/listproxy/pkg/auth"
 	"github.com/listproxy/listproxy/pkg/httpapi"
-	"github.com/listproxy/listproxy/pkg/paging"
 )
 
 // ListServer answers cacheable LIST requests from snapshots (pkg/lists).
@@ -44,15 +43,12 @@ type ListServer interface {
 	// ServeList returns false, having written nothing, when the request
 	// must pass through.
 	ServeList(w http.ResponseWriter, r *http.Request) bool
-}
-
-// ContinueTranslator may be implemented by a ListServer. TranslateContinue
-// rewrites a listproxy continue token in r, if any, into the apiserver's
-// own token for the same position (or a value the apiserver rejects as an
-// invalid continue token); the Handler calls it for every request that
-// passes through without being offered to ServeList, so that the apiserver
-// never sees a listproxy token.
-type ContinueTranslator interface {
+	// TranslateContinue rewrites a listproxy continue token in r, if any,
+	// into the apiserver's own token for the same position (or a value the
+	// apiserver rejects as an invalid continue token). The Handler calls it
+	// for every GET that passes through without being offered to ServeList
+	// (impersonation, a denied or failed review), so that the apiserver
+	// never sees a listproxy token.
 	TranslateContinue(r *http.Request)
 }
 
@@ -287,7 +283,9 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 
 	if !cacheable {
-		h.translateContinue(r)
+		if h.lists != nil && r.Method == http.MethodGet {
+			h.lists.TranslateContinue(r)
+		}
 	} else {
 		rec.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
 		if h.lists.ServeList(rec, r) {
@@ -331,24 +329,6 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.pass.ServeHTTP(rec, r)
-}
-
-// translateContinue keeps a listproxy continue token of a request not
-// offered to the ListServer from reaching the apiserver raw: the ListServer
-// translates it (ContinueTranslator); without one it is replaced by a value
-// the apiserver rejects as an invalid continue token, as a token that does
-// not open is.
-func (h *Handler) translateContinue(r *http.Request) {
-	if r.Method != http.MethodGet || !paging.IsListproxyToken(r.URL.Query().Get("continue")) {
-		return
-	}
-	if t, ok := h.lists.(ContinueTranslator); ok {
-		t.TranslateContinue(r)
-		return
-	}
-	q := r.URL.Query()
-	q.Set("continue", paging.UndecodableContinue)
-	r.URL.RawQuery = q.Encode()
 }
 
 // Verbs used as the "verb" metric label.

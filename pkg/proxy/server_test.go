@@ -257,6 +257,8 @@ type fakeLists struct{}
 
 func (fakeLists) Cacheable(*http.Request) bool { return true }
 
+func (fakeLists) TranslateContinue(*http.Request) {}
+
 func (fakeLists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	if r.URL.Path != "/api/v1/pods" {
 		return false

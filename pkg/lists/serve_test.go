@@ -1,9 +1,10 @@
-package proxy
+package lists
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -15,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/rest"
 
+	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/snapshot/wire"
+	"github.com/listproxy/listproxy/pkg/wire"
 )
 
 // testPod is a pod entry in namespace ns with label app=name's parity.
@@ -63,7 +64,8 @@ func newServeTestLists(t testing.TB, cfg ListsConfig, entries []*snapshot.Entry,
 		stores:   map[storeKey]*storeEntry{},
 		ctx:      ctx,
 	}
-	e := &storeEntry{store: store, source: src, info: info, ctx: ctx, cancel: cancel}
+	e := &storeEntry{store: store, source: src, info: info, ctx: ctx, cancel: cancel,
+		prover: freshness.NewProver(ctx, freshness.ProverConfig{Store: store, Resource: "pods"})}
 	l.stores[storeKey{gvr: podsGVR, format: wire.JSON}] = e
 	return l, store
 }
@@ -126,13 +128,13 @@ func TestServeUnlimitedListIgnoresScanBudget(t *testing.T) {
 	}
 }
 
-// A listproxy continue token never reaches the apiserver raw, also on a
-// request that is not offered to the list server (impersonation, a denied
-// or failed review, no list server): it is handed over as the apiserver's
-// own token for the same position.
-func TestContinueTokenNeverReachesAPIServerRaw(t *testing.T) {
+// TranslateContinue, which the edge calls for every request it does not
+// offer to ServeList (impersonation, a denied or failed review), hands a
+// listproxy continue token to the apiserver as its own token for the same
+// position, or as a value it rejects as an invalid token.
+func TestTranslateContinue(t *testing.T) {
 	var entries []*snapshot.Entry
-	for _, ns := range []string{"a", "b", "broken"} {
+	for _, ns := range []string{"a", "b"} {
 		for i := range 3 {
 			entries = append(entries, testPod(ns, fmt.Sprintf("p%d", i), uint64(len(entries)+1)))
 		}
@@ -141,6 +143,7 @@ func TestContinueTokenNeverReachesAPIServerRaw(t *testing.T) {
 	l, _ := newServeTestLists(t, ListsConfig{}, entries, rv)
 	// firstPage returns the continue token of the first page of path?q.
 	firstPage := func(path string, q url.Values) string {
+		q = maps.Clone(q)
 		q.Set("limit", "1")
 		q.Set("resourceVersion", fmt.Sprint(rv))
 		q.Set("resourceVersionMatch", "NotOlderThan")
@@ -151,64 +154,34 @@ func TestContinueTokenNeverReachesAPIServerRaw(t *testing.T) {
 		}
 		return list.Metadata.Continue
 	}
-
-	seen := make(chan seenRequest, 1)
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		seen <- record(r)
-		_, _ = w.Write([]byte(`{"kind":"PodList"}`))
-	}))
-	defer up.Close()
-	withAuth := startProxy(t, &rest.Config{Host: up.URL, BearerToken: upstreamToken}, Config{
-		Lists: l,
-		Auth:  &AuthConfig{Authenticator: fakeAuthenticator{}, Authorizer: &fakeAuthorizer{}},
-	})
-	noLists := startProxy(t, &rest.Config{Host: up.URL, BearerToken: upstreamToken}, Config{})
-	alice := http.Header{"Authorization": {"Bearer alice-token"}}
-	impersonating := http.Header{"Authorization": {"Bearer alice-token"}, "Impersonate-User": {"bob"}}
 	selector := url.Values{"fieldSelector": {"metadata.name=p1"}}
-
+	nsToken := firstPage("/api/v1/namespaces/a/pods", url.Values{})
+	selToken := firstPage("/api/v1/pods", selector)
 	tests := []struct {
-		name       string
-		proxy      *testProxy
-		path       string
-		q          url.Values
-		header     http.Header
-		wantNative string // the apiserver's token; "" for the undecodable value
+		name  string
+		path  string
+		q     url.Values
+		token string
+		want  string
 	}{
-		{name: "impersonation", proxy: withAuth, path: "/api/v1/namespaces/a/pods", q: url.Values{}, header: impersonating,
-			wantNative: paging.NativeContinue(rv, "p0")},
-		{name: "denied_with_selector", proxy: withAuth, path: "/api/v1/pods", q: selector, header: alice,
-			wantNative: paging.NativeContinue(rv, "a/p1")},
-		{name: "review_failed", proxy: withAuth, path: "/api/v1/namespaces/broken/pods", q: url.Values{}, header: alice,
-			wantNative: paging.NativeContinue(rv, "p0")},
-		{name: "no_list_server", proxy: noLists, path: "/api/v1/namespaces/a/pods", q: url.Values{}},
+		{name: "namespaced", path: "/api/v1/namespaces/a/pods", token: nsToken, want: paging.NativeContinue(rv, "p0")},
+		{name: "selector", path: "/api/v1/pods", q: selector, token: selToken, want: paging.NativeContinue(rv, "a/p1")},
+		{name: "other_namespace", path: "/api/v1/namespaces/b/pods", token: nsToken, want: paging.UndecodableContinue},
+		{name: "other_selector", path: "/api/v1/pods", token: selToken, want: paging.UndecodableContinue},
+		{name: "not_a_collection", path: "/api/v1/namespaces/a/pods/p0", token: nsToken, want: paging.UndecodableContinue},
+		{name: "foreign_token_untouched", path: "/api/v1/pods", token: "native", want: "native"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			q := url.Values{}
-			for k, v := range tc.q {
-				q[k] = v
+			q := maps.Clone(tc.q)
+			if q == nil {
+				q = url.Values{}
 			}
-			token := firstPage(tc.path, q)
-			q = url.Values{"limit": {"1"}, "continue": {token}}
-			for k, v := range tc.q {
-				q[k] = v
-			}
-			resp, _ := tc.proxy.get(t, tc.path+"?"+q.Encode(), tc.header)
-			if got := resp.Header.Get(HeaderServedFrom); got != SourceAPIServer {
-				t.Fatalf("%s = %q, want %q", HeaderServedFrom, got, SourceAPIServer)
-			}
-			u, err := url.ParseRequestURI(recv(t, seen).RequestURI)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := u.Query().Get("continue")
-			want := tc.wantNative
-			if want == "" {
-				want = paging.UndecodableContinue
-			}
-			if got != want {
-				t.Errorf("apiserver got continue %q, want %q", got, want)
+			q.Set("continue", tc.token)
+			r := httptest.NewRequest(http.MethodGet, tc.path+"?"+q.Encode(), nil)
+			l.TranslateContinue(r)
+			if got := r.URL.Query().Get("continue"); got != tc.want {
+				t.Errorf("continue %q, want %q", got, tc.want)
 			}
 		})
 	}
