@@ -30,7 +30,7 @@ func TestMetricsCatalogue(t *testing.T) {
 
 	// Traffic: a synced store, a consistent read, a paginated walk, a pass-through.
 	warmUp(ctx, t, lpc, []target{{path: "/api/v1/pods"}})
-	for _, q := range []url.Values{{}, {"limit": {"7"}}, {"resourceVersion": {"0"}, "limit": {"7"}}} {
+	for _, q := range []url.Values{{}, {"limit": {"7"}}, {"resourceVersion": {"1"}, "resourceVersionMatch": {"NotOlderThan"}, "limit": {"7"}}} {
 		_, _, body, err := lpc.get(ctx, "/api/v1/pods", q, acceptJSON)
 		if err != nil {
 			t.Fatal(err)

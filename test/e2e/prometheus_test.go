@@ -164,7 +164,7 @@ func driveTraffic(ctx context.Context, lpc rawClient) {
 	for {
 		for _, path := range []string{"/api/v1/pods", "/api/v1/configmaps"} {
 			_, _, _, _ = lpc.get(ctx, path, nil, acceptJSON)
-			_, _, body, err := lpc.get(ctx, path, url.Values{"resourceVersion": {"0"}, "limit": {"7"}}, acceptJSON)
+			_, _, body, err := lpc.get(ctx, path, url.Values{"resourceVersion": {"1"}, "resourceVersionMatch": {"NotOlderThan"}, "limit": {"7"}}, acceptJSON)
 			if err == nil {
 				if p, err := decodePage(wire.JSON, body); err == nil && p.env.ListMeta.Continue != "" {
 					_, _, _, _ = lpc.get(ctx, path, url.Values{"continue": {p.env.ListMeta.Continue}, "limit": {"7"}}, acceptJSON)
