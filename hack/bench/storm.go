@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,8 +24,34 @@ import (
 type stormResult struct {
 	all   time.Duration   // until every informer synced
 	each  []time.Duration // per informer
+	bytes int64           // response body bytes read until all synced
 	kept  []cache.SharedIndexInformer
 	close func()
+}
+
+// countingTransport counts the response body bytes its client reads.
+type countingTransport struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if resp != nil && resp.Body != nil {
+		resp.Body = countingBody{ReadCloser: resp.Body, n: t.n}
+	}
+	return resp, err
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
 }
 
 // restConfigFor is the client configuration of an agent talking to t: the
@@ -30,7 +59,7 @@ type stormResult struct {
 // own) over plain HTTP. Everything else is client-go's default. Each
 // agent dials its own connections, as separate processes would, rather
 // than sharing client-go's cached transport.
-func (e *env) restConfigFor(t *target) *rest.Config {
+func (e *env) restConfigFor(t *target, read *atomic.Int64) *rest.Config {
 	var cfg *rest.Config
 	if t.proxied {
 		cfg = &rest.Config{Host: t.base}
@@ -38,6 +67,7 @@ func (e *env) restConfigFor(t *target) *rest.Config {
 		cfg = rest.CopyConfig(e.cp.AdminConfig)
 	}
 	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, n: read} }
 	return cfg
 }
 
@@ -62,8 +92,9 @@ func (e *env) storm(ctx context.Context, t *target, n int, keep func(i int) bool
 	ctx, cancel := context.WithCancel(ctx)
 	factories := make([]informers.SharedInformerFactory, n)
 	infs := make([]cache.SharedIndexInformer, n)
+	var read atomic.Int64
 	for i := range n {
-		cs, err := kubernetes.NewForConfig(e.restConfigFor(t))
+		cs, err := kubernetes.NewForConfig(e.restConfigFor(t, &read))
 		if err != nil {
 			cancel()
 			return stormResult{}, err
@@ -94,6 +125,7 @@ func (e *env) storm(ctx context.Context, t *target, n int, keep func(i int) bool
 	}
 	wg.Wait()
 	res.all = time.Since(begin)
+	res.bytes = read.Load()
 	if err := ctx.Err(); err != nil {
 		res.close()
 		return stormResult{}, err
@@ -188,6 +220,7 @@ func (b *bench) informerStorm(ctx context.Context) error {
 			}
 			res.close()
 			s.durs = append(s.durs, res.all.Seconds())
+			s.bytes = append(s.bytes, res.bytes/int64(n))
 			for _, e := range res.each {
 				s.extra["informer_sync_s"] = append(s.extra["informer_sync_s"], e.Seconds())
 			}
