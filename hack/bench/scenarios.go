@@ -31,6 +31,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"firstpage", b.firstPage},
 		{"nodename", b.nodeName},
 		{"consistent", b.consistent},
+		{"storm", b.informerStorm},
 		{"memory", b.memoryChurn},
 	}
 	for _, s := range steps {

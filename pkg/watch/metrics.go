@@ -89,6 +89,14 @@ func (m *Metrics) event(labels []string, t wire.EventType) {
 	m.events.WithLabelValues(labels[0], labels[1], string(t)).Inc()
 }
 
+// eventN counts n events of type t at once.
+func (m *Metrics) eventN(labels []string, t wire.EventType, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.events.WithLabelValues(labels[0], labels[1], string(t)).Add(float64(n))
+}
+
 func (m *Metrics) sent(labels []string, n int) {
 	if m == nil || n == 0 {
 		return

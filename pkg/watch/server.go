@@ -221,17 +221,29 @@ func (e *endError) Error() string { return "watch ended: " + e.reason }
 // order, then (with bookmarks) the BOOKMARK ending the initial events.
 func (w *watcher) sendInitial(snap *snapshot.Snapshot, rv uint64) error {
 	page := snap.Page(snapshot.PageRequest{Namespace: w.t.Namespace, Match: w.t.Match})
-	var sent int
+	// One burst buffer serves all the initial events, rather than one
+	// grown and dropped per burst: a watch-list of a large resource would
+	// otherwise allocate its whole size again, and the garbage collector
+	// (listproxy runs with a low GOGC) would mark the stores for it.
+	w.wr.keep = true
+	defer w.wr.release()
+	if cap(w.wr.buf) < burstBytes {
+		w.wr.buf = make([]byte, 0, burstBytes+burstBytes/4)
+	}
+	var sent, added int
 	for _, e := range page.Items {
 		w.wr.event(wire.Added, e.Raw)
-		w.metrics.event(w.labels, wire.Added)
+		added++
 		if len(w.wr.buf) >= burstBytes {
 			sent += len(w.wr.buf)
+			w.metrics.eventN(w.labels, wire.Added, added)
+			added = 0
 			if err := w.flush(); err != nil {
 				return err
 			}
 		}
 	}
+	w.metrics.eventN(w.labels, wire.Added, added)
 	if w.d.Bookmarks {
 		if err := w.bookmark(rv, true); err != nil {
 			return err
@@ -398,6 +410,9 @@ type writer struct {
 	timeout time.Duration
 	clock   clock.PassiveClock
 	buf     []byte
+	// keep: the buffer is kept whatever its size (while sending initial
+	// events); release ends that.
+	keep bool
 	// err is the first write or flush error.
 	err error
 }
@@ -410,6 +425,15 @@ func (w *writer) event(t wire.EventType, item []byte) {
 	w.buf = wire.AppendWatchEvent(w.buf, w.format, t, w.typ, item)
 }
 
+// release stops keeping a large buffer between bursts; an empty one is
+// dropped at once.
+func (w *writer) release() {
+	w.keep = false
+	if len(w.buf) == 0 && cap(w.buf) > keepBufBytes {
+		w.buf = nil
+	}
+}
+
 // flush writes the gathered frames and flushes them to the client.
 func (w *writer) flush() error {
 	// Deadlines use the real time: they bound the socket, not the watch.
@@ -418,7 +442,7 @@ func (w *writer) flush() error {
 	if len(w.buf) > 0 {
 		_, err = w.w.Write(w.buf)
 	}
-	if cap(w.buf) > keepBufBytes {
+	if cap(w.buf) > keepBufBytes && !w.keep {
 		w.buf = nil
 	} else {
 		w.buf = w.buf[:0]

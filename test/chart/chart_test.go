@@ -342,6 +342,13 @@ var exportedMetrics = []string{
 	"listproxy_snapshot_relists_total",
 	"listproxy_snapshot_resource_version",
 	"listproxy_snapshot_watch_restarts_total",
+	"listproxy_watch_ended_total",
+	"listproxy_watch_events_total",
+	"listproxy_watch_initial_bytes_total",
+	"listproxy_watch_open",
+	"listproxy_watch_passed_through_total",
+	"listproxy_watch_sent_bytes_total",
+	"listproxy_watch_served_total",
 }
 
 // TestDashboard checks the Grafana dashboard: valid JSON, every panel query

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -28,7 +29,7 @@ func TestMetricsCatalogue(t *testing.T) {
 	lpc := newRawClient(t, lp.UserConfig(framework.UserAdmin))
 	ctx := context.Background()
 
-	// Traffic: a synced store, a consistent read, a paginated walk, a pass-through.
+	// Traffic: a synced store, a consistent read, a paginated walk, a pass-through, watches.
 	warmUp(ctx, t, lpc, []target{{path: "/api/v1/pods"}})
 	for _, q := range []url.Values{{}, {"limit": {"7"}}, {"resourceVersion": {"1"}, "resourceVersionMatch": {"NotOlderThan"}, "limit": {"7"}}} {
 		_, _, body, err := lpc.get(ctx, "/api/v1/pods", q, acceptJSON)
@@ -47,6 +48,18 @@ func TestMetricsCatalogue(t *testing.T) {
 	}
 	if _, _, _, err := lpc.get(ctx, "/api/v1/namespaces/default", nil, acceptJSON); err != nil {
 		t.Fatal(err)
+	}
+	// Watches: a watch-list served from the store that ends at its
+	// timeout, and a re-watch from a resourceVersion older than the
+	// store's recent changes, which passes through.
+	served := url.Values{"watch": {"1"}, "sendInitialEvents": {"true"}, "resourceVersionMatch": {"NotOlderThan"},
+		"allowWatchBookmarks": {"true"}, "timeoutSeconds": {"1"}}
+	if code, h, _, err := lpc.get(ctx, "/api/v1/pods", served, acceptJSON); err != nil || code != http.StatusOK || h.Get("X-Listproxy-Served-From") != "snapshot" {
+		t.Fatalf("watch-list: %d, served from %q, %v", code, h.Get("X-Listproxy-Served-From"), err)
+	}
+	old := url.Values{"watch": {"1"}, "resourceVersion": {"1"}, "timeoutSeconds": {"1"}}
+	if code, h, _, err := lpc.get(ctx, "/api/v1/pods", old, acceptJSON); err != nil || h.Get("X-Listproxy-Served-From") == "snapshot" {
+		t.Fatalf("watch from resourceVersion 1: %d, served from %q, %v; want it passed through", code, h.Get("X-Listproxy-Served-From"), err)
 	}
 
 	_, _, page, err := lpc.get(ctx, "/metrics", nil, "text/plain")

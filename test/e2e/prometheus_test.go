@@ -72,11 +72,8 @@ func TestDashboardAndAlertsInPrometheus(t *testing.T) {
 	defer cancel()
 	warmUp(ctx, t, lpc, []target{{path: "/api/v1/pods"}, {path: "/api/v1/configmaps"}})
 	var traffic sync.WaitGroup
-	traffic.Add(1)
-	go func() {
-		defer traffic.Done()
-		driveTraffic(ctx, lpc)
-	}()
+	traffic.Go(func() { driveTraffic(ctx, lpc) })
+	traffic.Go(func() { driveWatches(ctx, lpc) })
 	defer traffic.Wait()
 	defer cancel()
 
@@ -173,6 +170,40 @@ func driveTraffic(ctx context.Context, lpc rawClient) {
 			_, _, _, _ = lpc.get(ctx, path, nil, table)
 		}
 		_, _, _, _ = lpc.get(ctx, "/api/v1/namespaces/default", nil, acceptJSON)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// driveWatches sends the watches whose metrics the dashboard plots until ctx
+// ends, each ending after a second: watch-lists of pods served from
+// snapshots (consistent and at resourceVersion=0), of configmaps served at
+// resourceVersion=0, and consistent ones of configmaps, which cannot be
+// proven fresh and pass through.
+func driveWatches(ctx context.Context, lpc rawClient) {
+	watchList := func(rv string) url.Values {
+		q := url.Values{
+			"watch": {"1"}, "sendInitialEvents": {"true"}, "resourceVersionMatch": {"NotOlderThan"},
+			"allowWatchBookmarks": {"true"}, "timeoutSeconds": {"1"},
+		}
+		if rv != "" {
+			q.Set("resourceVersion", rv)
+		}
+		return q
+	}
+	tick := time.NewTicker(500 * time.Millisecond) // paces the loop should a watch fail at once
+	defer tick.Stop()
+	for {
+		var wg sync.WaitGroup
+		for _, path := range []string{"/api/v1/pods", "/api/v1/configmaps"} {
+			for _, rv := range []string{"", "0"} {
+				wg.Go(func() { _, _, _, _ = lpc.get(ctx, path, watchList(rv), acceptJSON) })
+			}
+		}
+		wg.Wait()
 		select {
 		case <-ctx.Done():
 			return

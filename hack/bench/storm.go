@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// stormResult is one storm: when each informer synced, and the stores of
+// the informers kept for a content check.
+type stormResult struct {
+	all   time.Duration   // until every informer synced
+	each  []time.Duration // per informer
+	bytes int64           // response body bytes read until all synced
+	kept  []cache.SharedIndexInformer
+	close func()
+}
+
+// countingTransport counts the response body bytes its client reads.
+type countingTransport struct {
+	next http.RoundTripper
+	n    *atomic.Int64
+}
+
+func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if resp != nil && resp.Body != nil {
+		resp.Body = countingBody{ReadCloser: resp.Body, n: t.n}
+	}
+	return resp, err
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
+}
+
+// restConfigFor is the client configuration of an agent talking to t: the
+// apiserver with the admin's credentials, or listproxy (which uses its
+// own) over plain HTTP. Everything else is client-go's default. Each
+// agent dials its own connections, as separate processes would, rather
+// than sharing client-go's cached transport.
+func (e *env) restConfigFor(t *target, read *atomic.Int64) *rest.Config {
+	var cfg *rest.Config
+	if t.proxied {
+		cfg = &rest.Config{Host: t.base}
+	} else {
+		cfg = rest.CopyConfig(e.cp.AdminConfig)
+	}
+	cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { return countingTransport{next: rt, n: read} }
+	return cfg
+}
+
+// stripPod keeps what the content check compares: an informer's store of
+// bare pods costs the harness little memory, while every pod is still
+// received and decoded as a real agent's would be.
+func stripPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+		Namespace: p.Namespace, Name: p.Name, ResourceVersion: p.ResourceVersion, UID: p.UID,
+	}}, nil
+}
+
+// storm starts n pod informers against t at once, with client-go's
+// defaults (v0.36: WatchListClient on, so each one's first request is a
+// watch-list), and waits until every one has synced. The informers are
+// left running until close is called; keep says which are returned.
+func (e *env) storm(ctx context.Context, t *target, n int, keep func(i int) bool) (stormResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	factories := make([]informers.SharedInformerFactory, n)
+	infs := make([]cache.SharedIndexInformer, n)
+	var read atomic.Int64
+	for i := range n {
+		cs, err := kubernetes.NewForConfig(e.restConfigFor(t, &read))
+		if err != nil {
+			cancel()
+			return stormResult{}, err
+		}
+		factories[i] = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(stripPod))
+		infs[i] = factories[i].Core().V1().Pods().Informer()
+	}
+	res := stormResult{each: make([]time.Duration, n)}
+	res.close = func() {
+		cancel()
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}
+	begin := time.Now()
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	var wg sync.WaitGroup
+	for i, inf := range infs {
+		wg.Go(func() {
+			select {
+			case <-inf.HasSyncedChecker().Done():
+				res.each[i] = time.Since(begin)
+			case <-ctx.Done():
+			}
+		})
+	}
+	wg.Wait()
+	res.all = time.Since(begin)
+	res.bytes = read.Load()
+	if err := ctx.Err(); err != nil {
+		res.close()
+		return stormResult{}, err
+	}
+	for i, inf := range infs {
+		if keep(i) {
+			res.kept = append(res.kept, inf)
+		}
+	}
+	return res, nil
+}
+
+// checkInformer compares a synced informer's store with the apiserver's
+// LIST at the resourceVersion the informer synced at: the same pods at
+// the same resourceVersions.
+func checkInformer(ctx context.Context, api *target, inf cache.SharedIndexInformer) error {
+	rv := inf.LastSyncResourceVersion()
+	path := exactAt("/api/v1/pods", rv)
+	res, err := api.do(ctx, request{path: path, accept: acceptProtobuf, keep: true})
+	if err != nil {
+		return err
+	}
+	want, err := decodeList(res)
+	if err != nil {
+		return fmt.Errorf("apiserver GET %s: %w", path, err)
+	}
+	store := inf.GetStore()
+	if got := len(store.ListKeys()); got != len(want.items) {
+		return fmt.Errorf("informer synced at RV %s holds %d pods, the apiserver lists %d", rv, got, len(want.items))
+	}
+	for _, o := range want.items {
+		m, err := meta.Accessor(o)
+		if err != nil {
+			return err
+		}
+		key := m.GetNamespace() + "/" + m.GetName()
+		obj, ok, _ := store.GetByKey(key)
+		if !ok {
+			return fmt.Errorf("informer synced at RV %s lacks pod %s", rv, key)
+		}
+		if got := obj.(*corev1.Pod).ResourceVersion; got != m.GetResourceVersion() {
+			return fmt.Errorf("informer synced at RV %s has pod %s at RV %s, the apiserver %s", rv, key, got, m.GetResourceVersion())
+		}
+	}
+	return nil
+}
+
+// informerStorm is the "informer storm" scenario: BENCH_INFORMERS pod
+// informers start at once against the apiserver, then, separately,
+// against listproxy, alternating which side goes first. Per side it
+// measures the time until all have synced and the CPU time of
+// kube-apiserver+etcd (both sides) and of listproxy (proxied side). Every
+// watch-list through listproxy must have been served from its pods store
+// (listproxy_watch_served_total), none passed through; the first and last
+// informer of each listproxy storm must hold what the apiserver lists at
+// the resourceVersion it synced at.
+func (b *bench) informerStorm(ctx context.Context) error {
+	n := b.cfg.informers
+	name := fmt.Sprintf("informer storm, %d pod informers (watch-list)", n)
+	logf("scenario: %s (%d reps); warm: listproxy's pods stores (JSON and protobuf) synced and its etcd progress tracker started before the storm", name, b.cfg.reps)
+	d, p := b.newSeries(b.env.direct), b.newSeries(b.env.proxied)
+	// The apiserver's and etcd's CPU time while informers sync through
+	// listproxy.
+	apiViaProxy := sampler{t: b.env.direct, idleRate: b.idleDirect}
+	var served, passed, passedRequests float64
+	for i := range b.cfg.reps {
+		order := []*series{d, p}
+		if i%2 == 1 {
+			order = []*series{p, d}
+		}
+		for _, s := range order {
+			before, err := scrape(ctx, b.env.proxied)
+			if err != nil {
+				return err
+			}
+			keep := func(j int) bool { return s.t.proxied && (j == 0 || j == n-1) }
+			s.cpu.startInterval()
+			if s.t.proxied {
+				apiViaProxy.startInterval()
+			}
+			res, err := b.env.storm(ctx, s.t, n, keep)
+			s.cpu.endInterval()
+			if s.t.proxied {
+				apiViaProxy.endInterval()
+			}
+			if err != nil {
+				return err
+			}
+			// Off the clock: the intervals above have ended.
+			for _, inf := range res.kept {
+				s.noteCheck(checkInformer(ctx, b.env.direct, inf))
+			}
+			res.close()
+			s.durs = append(s.durs, res.all.Seconds())
+			s.bytes = append(s.bytes, res.bytes/int64(n))
+			for _, e := range res.each {
+				s.extra["informer_sync_s"] = append(s.extra["informer_sync_s"], e.Seconds())
+			}
+			after, err := scrape(ctx, b.env.proxied)
+			if err != nil {
+				return err
+			}
+			if s.t.proxied {
+				served += after.sum("listproxy_watch_served_total", `start="initial_`) - before.sum("listproxy_watch_served_total", `start="initial_`)
+				passed += after.sum("listproxy_watch_passed_through_total") - before.sum("listproxy_watch_passed_through_total")
+				passedRequests += after.sum("listproxy_http_requests_total", `verb="watch"`, `source="apiserver"`) -
+					before.sum("listproxy_http_requests_total", `verb="watch"`, `source="apiserver"`)
+			}
+			logf("  %s: %d informers synced in %s", s.t.name, n, ms(res.all.Seconds()))
+		}
+	}
+	// Every informer sends one watch-list; any watch passed through
+	// (a retry included) counts against the scenario.
+	p.answers = n*b.cfg.reps + int(max(passed, passedRequests))
+	p.notSnapshot = max(0, p.answers-int(served))
+	requests := n * b.cfg.reps
+	ps := p.side(requests)
+	ps.APIServerCPUTotal = apiViaProxy.seconds()
+	ps.APIServerCPUPerRequest = ps.APIServerCPUTotal / float64(requests)
+	note := fmt.Sprintf("client-go defaults (JSON, WatchListClient on), one connection per informer; per-informer sync p50/p99: apiserver %s / %s, listproxy %s / %s; "+
+		"apiserver+etcd CPU per informer %s direct, %s through listproxy; %0.f watch-lists served from snapshots, %0.f passed through; "+
+		"warm before the storm: listproxy's pods stores (JSON, protobuf) synced, its etcd progress tracker started",
+		ms(d.side(1).Extra["informer_sync_s_p50"]), ms(d.side(1).Extra["informer_sync_s_p99"]),
+		ms(ps.Extra["informer_sync_s_p50"]), ms(ps.Extra["informer_sync_s_p99"]),
+		ms(d.cpu.seconds()/float64(requests)), ms(ps.APIServerCPUPerRequest), served, max(passed, passedRequests))
+	b.addRow(name, d.side(requests), ps, targetSpec{APIServerCPU: 20, Wall: 1, CPU: 10}, note)
+	return nil
+}
