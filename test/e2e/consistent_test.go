@@ -1006,6 +1006,11 @@ func TestEtcdDownFallback(t *testing.T) {
 	waitServed(ctx, t, reject, path, url.Values{})
 	// Secrets are cached but never read consistently before etcd stops: their
 	// first consistent read must verify the etcd prefix, which cannot be done.
+	// One secret exists, so the prefix would be verifiable with etcd up (an
+	// empty resource is never verified and its consistent reads pass through).
+	if _, err := cs.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "unproven"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	unproven := "/api/v1/namespaces/" + ns + "/secrets"
 	waitServed(ctx, t, reject, unproven, url.Values{"resourceVersion": {"0"}})
 

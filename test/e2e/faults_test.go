@@ -32,10 +32,12 @@ var podsSeries = []string{`resource="pods"`, `format="json"`}
 // TestStalledWatchIsReestablished freezes listproxy's pods watches at a
 // proxy between listproxy and the apiserver (the streams stay open and
 // deliver nothing), writes pods, and checks both ways a stalled watch is
-// re-established: silence (no event or bookmark for --watch-stall-timeout)
-// and evidence (consistent reads prove with etcd that the store is behind
-// for --watch-lag-timeout). Each listproxy has only one of the two within
-// reach.
+// re-established: silence (no event or bookmark for --watch-stall-timeout,
+// and etcd then shows changes the store does not reach within
+// --watch-lag-timeout) and evidence (consistent reads prove with etcd that
+// the store is behind for --watch-lag-timeout). The silence listproxy is
+// checked before anything reads from it, so that only its stall timer can
+// notice; the evidence listproxy's stall timer is out of reach.
 func TestStalledWatchIsReestablished(t *testing.T) {
 	const ns = "stall"
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
@@ -58,7 +60,7 @@ func TestStalledWatchIsReestablished(t *testing.T) {
 		reason string // how its stalled watch is detected
 	}{
 		{name: "silence", reason: "stalled",
-			lp: framework.StartListproxyVia(t, cp, sp.URL, append(common, "--watch-stall-timeout=4s", "--watch-lag-timeout=1h")...)},
+			lp: framework.StartListproxyVia(t, cp, sp.URL, append(common, "--watch-stall-timeout=4s", "--watch-lag-timeout=2s")...)},
 		{name: "evidence", reason: "lagging",
 			lp: framework.StartListproxyVia(t, cp, sp.URL, append(common, "--watch-stall-timeout=1h", "--watch-lag-timeout=2s")...)},
 	}
@@ -71,9 +73,7 @@ func TestStalledWatchIsReestablished(t *testing.T) {
 		waitWatchHealthy(ctx, t, p.lp.URL, 1)
 	}
 
-	// Freeze both pods watches. The silence listproxy re-establishes its
-	// idle watch every 4s even unfrozen (no bookmark comes that soon), so
-	// freeze again until both were caught open.
+	// Freeze both pods watches, again until both were caught open.
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		if sp.Freeze() == len(proxies) {
 			return true, nil
@@ -123,6 +123,18 @@ func TestStalledWatchIsReestablished(t *testing.T) {
 	for i, p := range proxies {
 		t.Run(p.name, func(t *testing.T) {
 			c := clients[i]
+			if p.reason == "stalled" {
+				// Nothing has read from this listproxy since the freeze: only
+				// its stall timer can find the watch broken.
+				stalled := append(slices.Clone(podsSeries), `reason="stalled"`)
+				err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+					after := scrapeMetrics(t, p.lp.URL+"/metrics")
+					return after.sum("listproxy_snapshot_watch_restarts_total", stalled...) > before[i].sum("listproxy_snapshot_watch_restarts_total", stalled...), nil
+				})
+				if err != nil {
+					t.Fatalf("the silent, frozen watch was not restarted as stalled: %v", err)
+				}
+			}
 			// Consistent reads are never stale: while the store lags they
 			// pass through, and once it is answered from the snapshot, the
 			// snapshot has the writes.
