@@ -17,6 +17,7 @@ import (
 
 	"github.com/listproxy/listproxy/pkg/consistency"
 	"github.com/listproxy/listproxy/pkg/httpapi"
+	"github.com/listproxy/listproxy/pkg/snapshot/snapshottest"
 	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
 )
@@ -24,7 +25,7 @@ import (
 // Cache consistency checks: listproxy compares each snapshot
 // with the apiserver at the snapshot's resourceVersion, and a resource whose
 // snapshot differs is dropped and resynced. The tests corrupt a snapshot
-// through a test hook, as a lost watch event would.
+// (pkg/snapshot/snapshottest), as a lost watch event would.
 
 const consistencyPath = "/debug/listproxy/consistency"
 
@@ -77,7 +78,7 @@ func warmPods(ctx context.Context, t *testing.T, lpc rawClient, formats ...wire.
 // the expected diff.
 func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *consistency.KeyDiff {
 	t.Helper()
-	store := lp.Lists().StoreForTest(consistencyPodsGVR, wire.JSON)
+	store := lp.Lists().Store(consistencyPodsGVR, wire.JSON)
 	if store == nil {
 		t.Fatal("no JSON pods store")
 	}
@@ -89,7 +90,7 @@ func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *co
 	if !ok {
 		t.Fatalf("%s not in the snapshot", change)
 	}
-	if err := store.CorruptForTest([]string{drop}, map[string]uint64{change: e.RV + 1000}); err != nil {
+	if err := snapshottest.Corrupt(store, []string{drop}, map[string]uint64{change: e.RV + 1000}); err != nil {
 		t.Fatal(err)
 	}
 	return &consistency.KeyDiff{
@@ -153,7 +154,7 @@ func TestConsistencyCheck(t *testing.T) {
 		t.Errorf("listproxy_consistency_checks_total{result=match} = %v, want 4 + 3", got)
 	}
 	for _, f := range allFormats {
-		if lp.Lists().StoreForTest(consistencyPodsGVR, f) != nil {
+		if lp.Lists().Store(consistencyPodsGVR, f) != nil {
 			t.Errorf("%v pods store not dropped", f)
 		}
 	}
@@ -200,7 +201,7 @@ func TestConsistencyCheck(t *testing.T) {
 			t.Errorf("%v after the resync: %+v, want a match", f, r)
 		}
 	}
-	if lp.Lists().StoreForTest(consistencyPodsGVR, wire.JSON) == nil {
+	if lp.Lists().Store(consistencyPodsGVR, wire.JSON) == nil {
 		t.Error("JSON pods store dropped after a match")
 	}
 }
@@ -248,7 +249,7 @@ func TestConsistencyCheckPeriodic(t *testing.T) {
 		return n
 	}
 	took := authWaitFor(t, "a periodic check to count the mismatch and drop the store", 30*time.Second, func() bool {
-		return mismatches() == 1 && lp.Lists().StoreForTest(consistencyPodsGVR, wire.JSON) == nil
+		return mismatches() == 1 && lp.Lists().Store(consistencyPodsGVR, wire.JSON) == nil
 	})
 	t.Logf("found and dropped after %v", took.Round(time.Millisecond))
 	got := authDo(t, admin, http.MethodGet, consistencyPath, nil, "")

@@ -28,9 +28,11 @@ var allowed = map[string][]string{
 	"pkg/freshness":   {"pkg/snapshot", "test/framework/freeport"},
 	"pkg/paging":      {},
 	"pkg/snapshot":    {"pkg/gzstitch"},
-	"pkg/wire":        {},
-	"pkg/gzstitch":    {},
-	"pkg/httpapi":     {},
+	// Test helpers over a package's exported API, for tests only.
+	"pkg/snapshot/snapshottest": {"pkg/snapshot"},
+	"pkg/wire":                  {},
+	"pkg/gzstitch":              {},
+	"pkg/httpapi":               {},
 
 	// Tests and tools run listproxy in process and may read any package.
 	"test/framework":          {"cmd/listproxy/app", "pkg/*", "test/framework/freeport"},
