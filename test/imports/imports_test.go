@@ -37,11 +37,12 @@ var allowed = map[string][]string{
 	// Tests and tools run listproxy in process and may read any package.
 	"test/framework":          {"cmd/listproxy/app", "pkg/*", "test/framework/freeport"},
 	"test/framework/freeport": {},
-	"test/e2e":                {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport"},
+	"test/framework/seed":     {"test/framework"},
+	"test/e2e":                {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed"},
 	"test/chart":              {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport"},
 	"test/imports":            {},
-	"hack/bench":              {"pkg/*", "test/framework", "test/framework/freeport"},
-	"hack/localup":            {"pkg/*", "test/framework", "test/framework/freeport"},
+	"hack/bench":              {"pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed"},
+	"hack/localup":            {"pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed"},
 }
 
 // TestImportGraph fails on any import of ours that the table does not allow:
