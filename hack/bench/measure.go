@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -15,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/listproxy/listproxy/test/framework"
 )
 
 // userAgent must not start with "curl": listproxy pretty-prints for curl
@@ -213,101 +214,34 @@ func listContinue(body []byte) (string, error) {
 	return head.Metadata.Continue, nil
 }
 
-// metrics is a scrape of a Prometheus text exposition.
-type metrics map[string]float64 // "name{labels}" -> value
-
-func scrape(ctx context.Context, t *target) (metrics, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("User-Agent", userAgent)
-	resp, err := t.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", t.name, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", t.name, resp.Status)
-	}
-	m := metrics{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		m[line[:i]] = v
-	}
-	return m, sc.Err()
-}
-
-// sum adds the series of metric name whose labels include every
-// `k="v"` in match.
-func (m metrics) sum(name string, match ...string) float64 {
-	var total float64
-	for series, v := range m {
-		n, labels, _ := strings.Cut(series, "{")
-		if n != name {
-			continue
-		}
-		ok := true
-		for _, l := range match {
-			if !strings.Contains(labels, l) {
-				ok = false
-				break
-			}
-		}
-		if ok {
-			total += v
-		}
-	}
-	return total
+// scrape reads t's /metrics.
+func scrape(ctx context.Context, t *target) (framework.Metrics, error) {
+	return framework.ScrapeMetrics(ctx, t.client, t.base+"/metrics")
 }
 
 // histogramQuantile estimates quantile q of the observations of histogram
 // name (restricted by match) made between scrapes a and b, interpolating
 // linearly within a bucket as Prometheus' histogram_quantile does.
-func histogramQuantile(a, b metrics, name string, q float64, match ...string) (float64, float64) {
+func histogramQuantile(a, b framework.Metrics, name string, q float64, match ...string) (float64, float64) {
 	type bucket struct{ le, count float64 }
 	var buckets []bucket
-	for series := range b {
-		n, labels, _ := strings.Cut(series, "{")
-		if n != name+"_bucket" {
-			continue
-		}
-		ok := true
-		for _, l := range match {
-			if !strings.Contains(labels, l) {
-				ok = false
+	for _, m := range []struct {
+		scrape framework.Metrics
+		sign   float64
+	}{{b, 1}, {a, -1}} {
+		for _, s := range m.scrape[name+"_bucket"] {
+			if !s.Matches(match...) {
+				continue
 			}
+			le, err := strconv.ParseFloat(s.Labels["le"], 64)
+			if err != nil {
+				continue
+			}
+			buckets = append(buckets, bucket{le, m.sign * s.Value})
 		}
-		if !ok {
-			continue
-		}
-		i := strings.Index(labels, `le="`)
-		if i < 0 {
-			continue
-		}
-		leText := labels[i+4:]
-		leText = leText[:strings.IndexByte(leText, '"')]
-		le, err := strconv.ParseFloat(leText, 64)
-		if err != nil {
-			continue
-		}
-		buckets = append(buckets, bucket{le, b[series] - a[series]})
 	}
 	slices.SortFunc(buckets, func(x, y bucket) int { return cmpFloat(x.le, y.le) })
-	// Merge equal bounds (several label sets).
+	// Merge equal bounds (several label sets, and the two scrapes).
 	var merged []bucket
 	for _, bk := range buckets {
 		if len(merged) > 0 && merged[len(merged)-1].le == bk.le {

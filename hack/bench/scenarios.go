@@ -457,7 +457,7 @@ func (b *bench) consistent(ctx context.Context) error {
 	const hist = "listproxy_freshness_wait_duration_seconds"
 	p50, count := histogramQuantile(before, after, hist, 0.50)
 	p99, _ := histogramQuantile(before, after, hist, 0.99)
-	served := after.sum(hist+"_count", `outcome="served"`) - before.sum(hist+"_count", `outcome="served"`)
+	served := after.Sum(hist+"_count", `outcome="served"`) - before.Sum(hist+"_count", `outcome="served"`)
 	notServed := count - served
 	b.report.Freshness = &freshness{
 		WritesPerSecond: rate, WritesFailed: w.failed.Load(), WritesDropped: w.dropped.Load(),
@@ -513,20 +513,20 @@ func (b *bench) memorySample(ctx context.Context, phase string) error {
 	}
 	s := memorySample{
 		Phase:          phase,
-		SnapshotBytes:  m.sum("listproxy_snapshot_bytes"),
-		HistoryBytes:   m.sum("listproxy_snapshot_history_bytes"),
-		HistoryDepth:   m.sum("listproxy_snapshot_history_depth"),
-		Objects:        m.sum("listproxy_snapshot_objects"),
-		HeapInuse:      m.sum("go_memstats_heap_inuse_bytes"),
-		HeapAlloc:      m.sum("go_memstats_heap_alloc_bytes"),
-		NextGC:         m.sum("go_memstats_next_gc_bytes"),
+		SnapshotBytes:  m.Sum("listproxy_snapshot_bytes"),
+		HistoryBytes:   m.Sum("listproxy_snapshot_history_bytes"),
+		HistoryDepth:   m.Sum("listproxy_snapshot_history_depth"),
+		Objects:        m.Sum("listproxy_snapshot_objects"),
+		HeapInuse:      m.Sum("go_memstats_heap_inuse_bytes"),
+		HeapAlloc:      m.Sum("go_memstats_heap_alloc_bytes"),
+		NextGC:         m.Sum("go_memstats_next_gc_bytes"),
 		GOGC:           100,
-		RSS:            m.sum("process_resident_memory_bytes"),
+		RSS:            m.Sum("process_resident_memory_bytes"),
 		APIServerRSS:   float64(apiserverRSS),
 		ListproxyProcs: float64(rssBytes(b.env.listproxy.Pid())),
 	}
-	if _, ok := m["go_gc_gogc_percent"]; ok {
-		s.GOGC = m["go_gc_gogc_percent"]
+	if m.Has("go_gc_gogc_percent") {
+		s.GOGC = m.Sum("go_gc_gogc_percent")
 	}
 	if s.GOGC > 0 {
 		s.LiveHeap = s.NextGC / (1 + s.GOGC/100)

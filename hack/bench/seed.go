@@ -10,14 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/listproxy/listproxy/test/framework"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/listproxy/listproxy/test/framework/seed"
 )
 
 // The shape of the seeded cluster.
@@ -49,20 +49,15 @@ func nodeName(i int) string {
 }
 
 // seed creates the namespaces, their default service accounts (there is no
-// controller manager) and the pods, concurrently through the apiserver.
+// controller manager) and the pods, concurrently through the apiserver
+// (test/framework/seed).
 func (e *env) seed(ctx context.Context) error {
 	begin := time.Now()
-	if err := framework.Parallel(ctx, seedWorkers, numNamespaces, func(ctx context.Context, i int) error {
-		ns := namespaceName(i)
-		if err := e.cp.CreateNamespace(ctx, ns, map[string]string{"team": teams[i%len(teams)]}); err != nil {
-			return err
-		}
-		sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: ns}}
-		if _, err := e.client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create service account %s/default: %w", ns, err)
-		}
-		return nil
-	}); err != nil {
+	nss := make([]*corev1.Namespace, numNamespaces)
+	for i := range nss {
+		nss[i] = &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespaceName(i), Labels: map[string]string{"team": teams[i%len(teams)]}}}
+	}
+	if err := seed.Namespaces(ctx, e.cp, nss, seed.Options{Workers: seedWorkers}); err != nil {
 		return err
 	}
 
@@ -74,7 +69,7 @@ func (e *env) seed(ctx context.Context) error {
 		app := components[(i/numNamespaces)%appsPerNS]
 		key := ns + "/" + app
 		if hashes[key] == "" {
-			hashes[key] = randomString(rng, 10)
+			hashes[key] = seed.RandomName(rng, 10)
 		}
 		pods[i] = benchPod(rng, i, ns, app, hashes[key])
 	}
@@ -99,13 +94,9 @@ func (e *env) seed(ctx context.Context) error {
 			}
 		}
 	}()
-	err := framework.Parallel(ctx, seedWorkers, len(pods), func(ctx context.Context, i int) error {
-		_, err := e.client.CoreV1().Pods(pods[i].Namespace).Create(ctx, pods[i], metav1.CreateOptions{FieldManager: "kube-controller-manager"})
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create pod %s/%s: %w", pods[i].Namespace, pods[i].Name, err)
-		}
-		created.Add(1)
-		return nil
+	err := seed.Pods(ctx, e.client, pods, seed.Options{
+		Workers: seedWorkers, FieldManager: "kube-controller-manager",
+		Created: func() { created.Add(1) },
 	})
 	close(stopProgress)
 	if err != nil {
@@ -218,25 +209,14 @@ func patchPod(ctx context.Context, client kubernetes.Interface, p podRef, i int)
 
 func ptr[T any](v T) *T { return &v }
 
-// nameAlphabet is the alphabet of generated Kubernetes name suffixes.
-const nameAlphabet = "bcdfghjklmnpqrstvwxz2456789"
-
 // indexName is a unique five-character suffix for i (27^5 > 14 million).
 func indexName(i int) string {
 	var b [5]byte
 	for k := range b {
-		b[k] = nameAlphabet[i%len(nameAlphabet)]
-		i /= len(nameAlphabet)
+		b[k] = seed.NameAlphabet[i%len(seed.NameAlphabet)]
+		i /= len(seed.NameAlphabet)
 	}
 	return string(b[:])
-}
-
-func randomString(rng *rand.Rand, n int) string {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = nameAlphabet[rng.IntN(len(nameAlphabet))]
-	}
-	return string(b)
 }
 
 func randomHex(rng *rand.Rand, n int) string {

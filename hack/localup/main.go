@@ -106,7 +106,7 @@ func run() error {
 		return err
 	}
 
-	if err := seed(ctx, cp); err != nil {
+	if err := seedDemo(ctx, cp); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -38,16 +38,9 @@ import (
 	"github.com/listproxy/listproxy/pkg/httpapi"
 )
 
-// Defaults of Config, those of kube-apiserver's delegated authentication
-// and authorization options (k8s.io/apiserver/pkg/server/options), except the
-// allow TTL, which docs/design.md ("Service mode") sets to about 5 minutes (upstream: 10s). Not
-// measured for listproxy.
-const (
-	DefaultTokenCacheTTL = 10 * time.Second
-	DefaultAllowTTL      = 5 * time.Minute
-	DefaultDenyTTL       = 30 * time.Second
-	reviewTimeout        = 10 * time.Second
-)
+// reviewTimeout bounds one TokenReview or SubjectAccessReview, as
+// kube-apiserver's delegated authentication and authorization options do.
+const reviewTimeout = 10 * time.Second
 
 // reviewRetryBackoff is kube-apiserver's DefaultAuthWebhookRetryBackoff.
 var reviewRetryBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 1.5, Jitter: 0.2, Steps: 5}
@@ -55,18 +48,17 @@ var reviewRetryBackoff = wait.Backoff{Duration: 500 * time.Millisecond, Factor: 
 // Config configures service mode: callers are authenticated, every LIST
 // that could be answered from a snapshot is first authorized with a
 // SubjectAccessReview for the caller, and pass-through requests carry the
-// caller's identity instead of listproxy's.
+// caller's identity instead of listproxy's. Start from DefaultConfig: New
+// takes every field as given.
 type Config struct {
 	// ClientCA verifies client certificates; a verified certificate's common
 	// name is the user and its organizations the groups, as in the
 	// apiserver. Nil: client certificates are ignored.
 	ClientCA dynamiccertificates.CAContentProvider
-	// TokenCacheTTL is how long a TokenReview's answer is cached. Zero:
-	// DefaultTokenCacheTTL.
+	// TokenCacheTTL is how long a TokenReview's answer is cached.
 	TokenCacheTTL time.Duration
 	// AllowTTL and DenyTTL are how long an allowing and a denying
-	// SubjectAccessReview's answer is cached. Zero: DefaultAllowTTL and
-	// DefaultDenyTTL.
+	// SubjectAccessReview's answer is cached.
 	AllowTTL, DenyTTL time.Duration
 
 	// Authenticator, if set, replaces the delegating authenticator (tests).
@@ -77,6 +69,15 @@ type Config struct {
 	Authenticator authenticator.Request
 	// Authorizer, if set, replaces the delegating authorizer (tests).
 	Authorizer authorizer.Authorizer
+}
+
+// DefaultConfig returns the defaults: those of kube-apiserver's delegated
+// authentication and authorization options
+// (k8s.io/apiserver/pkg/server/options), except the allow TTL, which
+// docs/design.md ("Service mode") sets to about 5 minutes (upstream: 10s).
+// Not measured for listproxy.
+func DefaultConfig() Config {
+	return Config{TokenCacheTTL: 10 * time.Second, AllowTTL: 5 * time.Minute, DenyTTL: 30 * time.Second}
 }
 
 // Auth authenticates callers and authorizes their cached reads. Create it
@@ -111,16 +112,12 @@ func New(cfg *Config, upstream *rest.Config, reg prometheus.Registerer) (*Auth, 
 		if err != nil {
 			return nil, fmt.Errorf("tokenreview client: %w", err)
 		}
-		ttl := cfg.TokenCacheTTL
-		if ttl == 0 {
-			ttl = DefaultTokenCacheTTL
-		}
 		// No Anonymous config: requests without a valid credential fail.
 		authn, _, err := authenticatorfactory.DelegatingAuthenticatorConfig{
 			TokenAccessReviewClient:            client,
 			TokenAccessReviewTimeout:           reviewTimeout,
 			WebhookRetryBackoff:                &backoff,
-			CacheTTL:                           ttl,
+			CacheTTL:                           cfg.TokenCacheTTL,
 			ClientCertificateCAContentProvider: cfg.ClientCA,
 		}.New()
 		if err != nil {
@@ -133,17 +130,10 @@ func New(cfg *Config, upstream *rest.Config, reg prometheus.Registerer) (*Auth, 
 		if err != nil {
 			return nil, fmt.Errorf("subjectaccessreview client: %w", err)
 		}
-		allow, deny := cfg.AllowTTL, cfg.DenyTTL
-		if allow == 0 {
-			allow = DefaultAllowTTL
-		}
-		if deny == 0 {
-			deny = DefaultDenyTTL
-		}
 		authz, err := authorizerfactory.DelegatingAuthorizerConfig{
 			SubjectAccessReviewClient: client,
-			AllowCacheTTL:             allow,
-			DenyCacheTTL:              deny,
+			AllowCacheTTL:             cfg.AllowTTL,
+			DenyCacheTTL:              cfg.DenyTTL,
 			WebhookRetryBackoff:       &backoff,
 		}.New()
 		if err != nil {

@@ -35,20 +35,30 @@ import (
 // (https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list).
 // A mismatch drops the resource's stores, so that its next LIST passes
 // through and starts a fresh store.
+//
+// Start from DefaultConfig: New takes every field as given.
 type Config struct {
 	// Interval is the mean time between periodic checks of every synced
 	// store; each wait is jittered by up to +20%. 0 disables periodic
 	// checks; Checker.Check still works on demand.
 	Interval time.Duration
-	// PageSize is the limit of each page of the apiserver LIST; 0 selects 500.
+	// PageSize is the limit of each page of the apiserver LIST; 0 lists
+	// everything at once.
 	PageSize int64
-	// Timeout bounds one resource's apiserver LIST; 0 selects one minute.
+	// Timeout bounds one resource's apiserver LIST; 0 is no bound.
 	Timeout time.Duration
 	// Metrics counts results; nil records nothing.
 	Metrics *Metrics
 	// Clock drives the periodic checks and times reports; nil selects the
 	// real clock.
 	Clock clock.Clock
+}
+
+// DefaultConfig returns the defaults. Not measured: one metadata LIST of
+// each cached resource every 10 minutes, in pages of 500 (client-go's
+// pager), is a small fraction of what listproxy saves.
+func DefaultConfig() Config {
+	return Config{Interval: 10 * time.Minute, PageSize: 500, Timeout: time.Minute}
 }
 
 // Results of comparing one store with the apiserver (the "result" label of
@@ -306,19 +316,13 @@ func (c *Checker) checkResource(ctx context.Context, gvr schema.GroupVersionReso
 // the apiserver serves for every resource, custom ones included), sorted by
 // key.
 func (c *Checker) listKeys(ctx context.Context, gvr schema.GroupVersionResource, rv uint64) ([]keyRV, error) {
-	cfg := c.cfg
-	pageSize := cfg.PageSize
-	if pageSize <= 0 {
-		pageSize = 500
+	if c.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.Timeout)
+		defer cancel()
 	}
-	timeout := cfg.Timeout
-	if timeout <= 0 {
-		timeout = time.Minute
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	want := strconv.FormatUint(rv, 10)
-	limit := strconv.FormatInt(pageSize, 10)
+	limit := strconv.FormatInt(c.cfg.PageSize, 10)
 	q := url.Values{"resourceVersion": {want}, "resourceVersionMatch": {"Exact"}, "limit": {limit}}
 	var objects []keyRV
 	for {

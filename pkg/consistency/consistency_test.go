@@ -286,7 +286,9 @@ func newTestChecker(t *testing.T, apiserver *httptest.Server, reg prometheus.Reg
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(Config{PageSize: 2, Metrics: m}, cache, httpLister{apiserver})
+	cfg := DefaultConfig()
+	cfg.PageSize, cfg.Metrics = 2, m
+	return New(cfg, cache, httpLister{apiserver})
 }
 
 func TestCheckConsistency(t *testing.T) {

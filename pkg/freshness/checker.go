@@ -95,8 +95,6 @@ type Checker struct {
 	// nextProbe collects callers that arrived while a probe was in flight;
 	// it starts when that probe ends. Nil when nobody waits for it.
 	nextProbe *probeCall
-	// testHookJoined, if set, is called after a caller joins a probe.
-	testHookJoined func()
 
 	// progressMu guards progressWaiters.
 	progressMu sync.Mutex

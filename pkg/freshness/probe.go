@@ -48,11 +48,7 @@ func (c *Checker) CurrentRevision(ctx context.Context) (int64, error) {
 	if !c.probeRunning {
 		c.startProbeLocked()
 	}
-	hook := c.testHookJoined
 	c.probeMu.Unlock()
-	if hook != nil {
-		hook()
-	}
 
 	select {
 	case <-call.done:

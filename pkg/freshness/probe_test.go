@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // fakeProbe is a probe function the test drives: each call announces itself
@@ -46,13 +47,11 @@ func (f *fakeProbe) probe(ctx context.Context) (int64, error) {
 	}
 }
 
-// probeHarness is a Checker with a fake probe and a signal for each caller
-// that joined a probe.
+// probeHarness is a Checker with a fake probe.
 type probeHarness struct {
-	c      *Checker
-	probe  *fakeProbe
-	joined chan struct{}
-	reg    *prometheus.Registry
+	c     *Checker
+	probe *fakeProbe
+	reg   *prometheus.Registry
 }
 
 func newProbeHarness(t *testing.T) *probeHarness {
@@ -63,28 +62,51 @@ func newProbeHarness(t *testing.T) *probeHarness {
 		t.Fatal(err)
 	}
 	h := &probeHarness{
-		c:      newChecker(Config{}),
-		probe:  newFakeProbe(),
-		joined: make(chan struct{}, 16),
-		reg:    reg,
+		c:     newChecker(Config{}),
+		probe: newFakeProbe(),
+		reg:   reg,
 	}
 	h.c.metrics = m
 	h.c.probe = h.probe.probe
-	h.c.testHookJoined = func() { h.joined <- struct{}{} }
 	return h
 }
 
-// call runs CurrentRevision in a goroutine, returns its result channel and
-// waits until the caller has joined a probe.
-func (h *probeHarness) call(t *testing.T, ctx context.Context) <-chan probeResult {
-	t.Helper()
+// call runs CurrentRevision in a goroutine and returns its result channel.
+// With no probe in flight the caller starts one at once: wait for it on
+// h.probe.started.
+func (h *probeHarness) call(ctx context.Context) <-chan probeResult {
 	out := make(chan probeResult, 1)
 	go func() {
 		rev, err := h.c.CurrentRevision(ctx)
 		out <- probeResult{rev, err}
 	}()
-	recv(t, h.joined, "caller to join a probe")
 	return out
+}
+
+// callNext is call for a caller arriving while a probe is in flight: it
+// waits until the caller has joined the next probe.
+func (h *probeHarness) callNext(t *testing.T, ctx context.Context) <-chan probeResult {
+	t.Helper()
+	before := h.nextWaiters()
+	out := h.call(ctx)
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return h.nextWaiters() == before+1, nil
+	})
+	if err != nil {
+		t.Fatalf("caller never joined the next probe (%d waiting, want %d)", h.nextWaiters(), before+1)
+	}
+	return out
+}
+
+// nextWaiters returns how many callers wait for the probe that starts when
+// the one in flight ends.
+func (h *probeHarness) nextWaiters() int {
+	h.c.probeMu.Lock()
+	defer h.c.probeMu.Unlock()
+	if h.c.nextProbe == nil {
+		return 0
+	}
+	return h.c.nextProbe.waiters
 }
 
 // recv receives from ch, failing the test if nothing arrives for a long
@@ -114,13 +136,13 @@ func TestCurrentRevisionCallerArrivingDuringProbeWaitsForNext(t *testing.T) {
 	h := newProbeHarness(t)
 	ctx := context.Background()
 
-	a := h.call(t, ctx)
+	a := h.call(ctx)
 	if n := recv(t, h.probe.started, "probe 1"); n != 1 {
 		t.Fatalf("started probe %d, want 1", n)
 	}
 	// b, c and d arrive while probe 1 is in flight: it cannot prove
 	// anything to them.
-	b, c, d := h.call(t, ctx), h.call(t, ctx), h.call(t, ctx)
+	b, c, d := h.callNext(t, ctx), h.callNext(t, ctx), h.callNext(t, ctx)
 	empty(t, h.probe.started, "probe start while probe 1 in flight")
 
 	h.probe.results <- probeResult{rev: 10}
@@ -155,7 +177,7 @@ func TestCurrentRevisionCallerArrivingDuringProbeWaitsForNext(t *testing.T) {
 func TestCurrentRevisionIdleCallerStartsProbeAtOnce(t *testing.T) {
 	h := newProbeHarness(t)
 	for i, want := range []int64{5, 6, 7} {
-		got := h.call(t, context.Background())
+		got := h.call(context.Background())
 		if n := recv(t, h.probe.started, "probe"); n != int64(i+1) {
 			t.Fatalf("started probe %d, want %d", n, i+1)
 		}
@@ -171,9 +193,9 @@ func TestCurrentRevisionErrorsPropagate(t *testing.T) {
 	ctx := context.Background()
 	err1, err2 := errors.New("etcd down"), errors.New("no leader")
 
-	a := h.call(t, ctx)
+	a := h.call(ctx)
 	recv(t, h.probe.started, "probe 1")
-	b, c := h.call(t, ctx), h.call(t, ctx)
+	b, c := h.callNext(t, ctx), h.callNext(t, ctx)
 
 	h.probe.results <- probeResult{err: err1}
 	if got := recv(t, a, "a's result"); !errors.Is(got.err, err1) {
@@ -195,7 +217,7 @@ func TestCurrentRevisionContextCancellation(t *testing.T) {
 	t.Run("cancel_in_flight_probe_when_all_callers_leave", func(t *testing.T) {
 		h := newProbeHarness(t)
 		ctx, cancel := context.WithCancel(context.Background())
-		a := h.call(t, ctx)
+		a := h.call(ctx)
 		recv(t, h.probe.started, "probe 1")
 
 		cancel()
@@ -207,7 +229,7 @@ func TestCurrentRevisionContextCancellation(t *testing.T) {
 		}
 
 		// A later caller gets a fresh probe.
-		b := h.call(t, context.Background())
+		b := h.call(context.Background())
 		recv(t, h.probe.started, "probe 2")
 		h.probe.results <- probeResult{rev: 12}
 		if got := recv(t, b, "b's result"); got != (probeResult{rev: 12}) {
@@ -219,10 +241,10 @@ func TestCurrentRevisionContextCancellation(t *testing.T) {
 		h := newProbeHarness(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		a := h.call(t, context.Background())
+		a := h.call(context.Background())
 		recv(t, h.probe.started, "probe 1")
 		// b joins the next probe, then leaves before it starts.
-		b := h.call(t, ctx)
+		b := h.callNext(t, ctx)
 		cancel()
 		if got := recv(t, b, "b's result"); !errors.Is(got.err, context.Canceled) {
 			t.Errorf("b got %+v, want context.Canceled", got)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/listproxy/listproxy/pkg/consistency"
+	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -17,6 +18,19 @@ import (
 // apiserver (for the debug handler, consistency.Handler).
 func (l *Lists) Consistency() *consistency.Checker {
 	return l.consistency
+}
+
+// Store returns the store of gvr in format, or nil if there is none, for
+// inspection from outside a request (e.g. test/framework, with
+// pkg/snapshot/snapshottest). The store may be dropped and replaced at any
+// time; a LIST reaches its store through storeFor.
+func (l *Lists) Store(gvr schema.GroupVersionResource, format wire.Format) *snapshot.Store {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if e, ok := l.stores[storeKey{gvr: gvr, format: format}]; ok {
+		return e.store
+	}
+	return nil
 }
 
 // consistencyView shows Lists' stores to the consistency checker

@@ -365,7 +365,7 @@ func TestEstimateWeight(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := &Lists{cfg: ListsConfig{LimitForRV0: tc.limitForRV0}}
+			l := &Lists{cfg: Config{LimitForRV0: tc.limitForRV0}}
 			req := listRequest{col: collection{Namespace: tc.namespace}, query: listQuery{limit: tc.limit}, selectors: tc.selectors}
 			if got := l.estimateWeight(req, paging.Decision{Action: tc.action}, tc.token, snap); got != tc.want {
 				t.Errorf("estimateWeight = %d, want %d", got, tc.want)

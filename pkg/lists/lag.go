@@ -10,8 +10,9 @@ import (
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
 
-// defaultWatchLagTimeout is how long a store may stay behind a revision
-// etcd proved it must reach before its watch is restarted. It exceeds the
+// defaultWatchLagTimeout (DefaultConfig's WatchLagTimeout) is how long a
+// store may stay behind a revision etcd proved it must reach before its
+// watch is restarted. It exceeds the
 // consistent-read timeout (3s), so that a store merely slow to apply a burst
 // is left alone, and is far below the stall timeout (3 min), which needs no
 // evidence. Not measured.
@@ -28,10 +29,7 @@ const defaultWatchLagTimeout = 10 * time.Second
 // store.
 func (l *Lists) checkLag(entry *storeEntry, rv uint64, proven time.Time) {
 	timeout := l.cfg.WatchLagTimeout
-	if timeout == 0 {
-		timeout = defaultWatchLagTimeout
-	}
-	if timeout < 0 || entry.feeder == nil {
+	if timeout <= 0 || entry.feeder == nil {
 		return
 	}
 	watch := entry.feeder.WatchID()
@@ -59,17 +57,14 @@ func (l *Lists) checkLag(entry *storeEntry, rv uint64, proven time.Time) {
 // upstream transport's HTTP/2 health check, TCP keepalives). With etcd and
 // a verified prefix, the watch is broken when etcd holds a change of the
 // resource that the store does not reach within the lag timeout
-// (freshness.Prover.Missing); without them nothing shows it is, and it is
-// kept.
+// (freshness.Prover.Missing); without them, or with no lag timeout,
+// nothing shows it is, and it is kept.
 func (l *Lists) watchStalled(ctx context.Context, entry *storeEntry) bool {
 	if l.cfg.Freshness == nil || entry.prover == nil {
 		return false
 	}
 	lag := l.cfg.WatchLagTimeout
-	if lag <= 0 {
-		lag = defaultWatchLagTimeout
-	}
-	if !entry.prover.Missing(ctx, lag) {
+	if lag <= 0 || !entry.prover.Missing(ctx, lag) {
 		return false
 	}
 	klog.InfoS("Silent watch misses changes etcd holds", "resource", entry.info.GVR.String(), "storeProgress", entry.store.Progress())

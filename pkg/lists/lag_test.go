@@ -71,7 +71,7 @@ func TestCheckLag(t *testing.T) {
 				t.Fatal("watch never opened")
 			}
 
-			l := &Lists{cfg: ListsConfig{WatchLagTimeout: tc.lagTimeout}}
+			l := &Lists{cfg: Config{WatchLagTimeout: tc.lagTimeout}}
 			entry := &storeEntry{store: store, feeder: feeder, info: &resourceInfo{GVR: podsGVR}, ctx: ctx}
 			l.checkLag(entry, 20, time.Now())
 			l.checkLag(entry, 20, time.Now()) // one check at a time
@@ -107,7 +107,7 @@ func TestCheckLag(t *testing.T) {
 func TestCheckLagWithoutWatch(t *testing.T) {
 	store := snapshot.NewStore(snapshot.StoreConfig{})
 	feeder := snapshot.NewFeeder(snapshot.FeederConfig{Store: store, Source: lagSource{}})
-	l := &Lists{cfg: ListsConfig{WatchLagTimeout: time.Millisecond}}
+	l := &Lists{cfg: Config{WatchLagTimeout: time.Millisecond}}
 	entry := &storeEntry{store: store, feeder: feeder, ctx: context.Background()}
 	l.checkLag(entry, 20, time.Now())
 	if entry.lagCheck.Load() {

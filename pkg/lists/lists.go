@@ -45,8 +45,9 @@ type ContinueKeys interface {
 	Open(string) (paging.Token, error)
 }
 
-// ListsConfig configures the snapshot-serving side of listproxy.
-type ListsConfig struct {
+// Config configures the snapshot-serving side of listproxy. Start from
+// DefaultConfig: New takes every field as given.
+type Config struct {
 	// Upstream is how listproxy reaches the apiserver with its own identity.
 	Upstream *rest.Config
 	// Resources selects the cached resources.
@@ -72,7 +73,8 @@ type ListsConfig struct {
 	// ScanBudget bounds the objects one page examines under a selector; 0 is
 	// no bound.
 	ScanBudget int
-	// DiscoveryInterval is how often discovery and CRDs are re-read.
+	// DiscoveryInterval is how often discovery and CRDs are re-read; it
+	// must be positive.
 	DiscoveryInterval time.Duration
 	// Metrics records outcomes; nil records nothing.
 	Metrics *ListMetrics
@@ -95,12 +97,12 @@ type ListsConfig struct {
 	// WatchStallTimeout is how long a store's watch request may go
 	// unanswered, and how often a watch that delivered no event or
 	// bookmark is checked with etcd (watchStalled;
-	// snapshot.FeederConfig.StallTimeout; 0 selects
-	// snapshot.DefaultStallTimeout).
+	// snapshot.FeederConfig.StallTimeout).
 	WatchStallTimeout time.Duration
 	// WatchLagTimeout restarts a store's watch when the store stays behind
-	// a revision etcd proved it must reach for this long (lag.go); 0
-	// selects 10s, negative never restarts.
+	// a revision etcd proved it must reach for this long, and a silent
+	// watch whose store does not reach a change etcd holds within it
+	// (lag.go); 0 or negative never restarts a watch for either.
 	WatchLagTimeout time.Duration
 	// Inflight bounds the responses being written at once and sets their
 	// write deadline; the zero value bounds nothing.
@@ -110,9 +112,43 @@ type ListsConfig struct {
 	ConsistencyCheck consistency.Config
 }
 
+// DefaultConfig returns listproxy's defaults; the command's flags start from
+// them. The history window and read timeouts follow the apiserver's watch
+// cache (75s history doubled for pagination; 3s waits); none are measured
+// for listproxy yet.
+func DefaultConfig() Config {
+	return Config{
+		History:               150 * time.Second,
+		HistoryMaxBytes:       1 << 30,
+		HistoryMaxRatio:       0.1,
+		IdleTTL:               15 * time.Minute,
+		NotOlderThanWait:      3 * time.Second,
+		ScanBudget:            100000,
+		DiscoveryInterval:     10 * time.Second,
+		ConsistentReadTimeout: freshness.DefaultProofTimeout,
+		// Watch health (not measured): a watch request unanswered for 3
+		// minutes is abandoned, and a watch silent for that long is
+		// checked with etcd; a store that etcd proves behind for 10s has
+		// its watch restarted (lag.go).
+		WatchStallTimeout: snapshot.DefaultStallTimeout,
+		WatchLagTimeout:   defaultWatchLagTimeout,
+		// In-flight LIST bounds (not measured): the apiserver's
+		// --max-requests-inflight for reads; 2 GiB of responses, so that
+		// three full lists of 150k pods (~600 MB of JSON each) are written
+		// at once and a larger one alone; its 60s request timeout.
+		Inflight: InflightConfig{
+			MaxLists:     400,
+			MaxBytes:     2 << 30,
+			QueueWait:    5 * time.Second,
+			WriteTimeout: 60 * time.Second,
+		},
+		ConsistencyCheck: consistency.DefaultConfig(),
+	}
+}
+
 // Lists answers cacheable LISTs from snapshots. It implements ListServer.
 type Lists struct {
-	cfg      ListsConfig
+	cfg      Config
 	client   *http.Client
 	registry *registry
 	inflight *inflight
@@ -150,8 +186,11 @@ type storeEntry struct {
 	prover *freshness.Prover
 }
 
-// NewLists builds the snapshot server; Run must be called before it serves.
-func NewLists(cfg ListsConfig) (*Lists, error) {
+// New builds the snapshot server; Run must be called before it serves.
+func New(cfg Config) (*Lists, error) {
+	if cfg.DiscoveryInterval <= 0 {
+		return nil, fmt.Errorf("discovery interval must be positive, got %v", cfg.DiscoveryInterval)
+	}
 	client, err := rest.HTTPClientFor(withHealthCheckedTransport(cfg.Upstream))
 	if err != nil {
 		return nil, fmt.Errorf("upstream client: %w", err)
@@ -163,12 +202,6 @@ func NewLists(cfg ListsConfig) (*Lists, error) {
 	dyn, err := dynamic.NewForConfig(cfg.Upstream)
 	if err != nil {
 		return nil, fmt.Errorf("dynamic client: %w", err)
-	}
-	if cfg.NotOlderThanWait <= 0 {
-		cfg.NotOlderThanWait = 3 * time.Second
-	}
-	if cfg.DiscoveryInterval <= 0 {
-		cfg.DiscoveryInterval = 10 * time.Second
 	}
 	l := &Lists{
 		cfg:      cfg,

@@ -31,7 +31,7 @@ func resolveFixture(t *testing.T) (*Lists, *paging.Keyring) {
 	store.Apply(snapshot.Change{Entry: pod("p2", 20)}, 20)
 	ctx := context.Background()
 	l := &Lists{
-		cfg:    ListsConfig{Keys: keys, NotOlderThanWait: time.Millisecond},
+		cfg:    Config{Keys: keys, NotOlderThanWait: time.Millisecond},
 		stores: map[storeKey]*storeEntry{},
 	}
 	l.stores[storeKey{gvr: podsGVR, format: wire.JSON}] = &storeEntry{

@@ -41,7 +41,7 @@ func testPod(ns, name string, rv uint64) *snapshot.Entry {
 // newServeTestLists returns a Lists serving pods from a synced JSON store
 // holding entries at rv, without an apiserver: requests it does not answer
 // are left to the caller.
-func newServeTestLists(t testing.TB, cfg ListsConfig, entries []*snapshot.Entry, rv uint64) (*Lists, *snapshot.Store) {
+func newServeTestLists(t testing.TB, cfg Config, entries []*snapshot.Entry, rv uint64) (*Lists, *snapshot.Store) {
 	t.Helper()
 	if cfg.Keys == nil {
 		keys, err := paging.NewRandomKeyring()
@@ -96,7 +96,7 @@ func TestServeUnlimitedListIgnoresScanBudget(t *testing.T) {
 	for i := range entries {
 		entries[i] = testPod(fmt.Sprintf("ns-%03d", i%300), fmt.Sprintf("pod-%06d", i), uint64(i+1))
 	}
-	l, _ := newServeTestLists(t, ListsConfig{ScanBudget: 100000, LimitForRV0: true}, entries, n+1)
+	l, _ := newServeTestLists(t, Config{ScanBudget: 100000, LimitForRV0: true}, entries, n+1)
 	tests := []struct {
 		name         string
 		q            url.Values
@@ -140,7 +140,7 @@ func TestTranslateContinue(t *testing.T) {
 		}
 	}
 	const rv = 100
-	l, _ := newServeTestLists(t, ListsConfig{}, entries, rv)
+	l, _ := newServeTestLists(t, Config{}, entries, rv)
 	// firstPage returns the continue token of the first page of path?q.
 	firstPage := func(path string, q url.Values) string {
 		q = maps.Clone(q)
@@ -208,7 +208,7 @@ func TestServeRV0Limit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l, _ := newServeTestLists(t, ListsConfig{LimitForRV0: tc.limitForRV0}, entries, 30)
+			l, _ := newServeTestLists(t, Config{LimitForRV0: tc.limitForRV0}, entries, 30)
 			served, rec, _ := serveTest(l, "/api/v1/pods", tc.q, nil)
 			if !served || rec.Code != http.StatusOK {
 				t.Fatalf("served %v, HTTP %d: %s", served, rec.Code, rec.Body.String())
@@ -228,7 +228,7 @@ func TestServeRV0Limit(t *testing.T) {
 // new one) and deprecation warnings; a request that passes through carries
 // neither from listproxy (the apiserver's answer has its own).
 func TestServeAPIServerHeaders(t *testing.T) {
-	l, _ := newServeTestLists(t, ListsConfig{}, []*snapshot.Entry{testPod("a", "p", 1)}, 10)
+	l, _ := newServeTestLists(t, Config{}, []*snapshot.Entry{testPod("a", "p", 1)}, 10)
 	l.registry.resources[podsGVR].Warnings = []string{`v1 Pod is "deprecated"`}
 	tests := []struct {
 		name        string

@@ -15,7 +15,6 @@ import (
 	"math/big"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -419,16 +418,13 @@ func TestAuthzCache(t *testing.T) {
 	if n := reviews() - before; n > 2 {
 		t.Errorf("%d LISTs caused %d SubjectAccessReviews, want at most 2", lists, n)
 	}
-	got := authDo(t, lp.UserConfig(framework.UserAdmin), http.MethodGet, "/metrics", nil, "")
-	const series = `listproxy_proxy_authz_decisions_total{cache="hit",decision="allowed"} `
-	hits := -1.0
-	for _, line := range strings.Split(string(got.body), "\n") {
-		if v, ok := strings.CutPrefix(line, series); ok {
-			hits, _ = strconv.ParseFloat(v, 64)
-		}
+	adminClient, err := rest.HTTPClientFor(lp.UserConfig(framework.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if hits < lists {
-		t.Errorf("/metrics: %s= %v, want at least %d", series, hits, lists)
+	const decisions = "listproxy_proxy_authz_decisions_total"
+	if hits := framework.Scrape(t, adminClient, lp.URL+"/metrics").Sum(decisions, `cache="hit"`, `decision="allowed"`); hits < lists {
+		t.Errorf("/metrics: %s{cache=hit,decision=allowed} = %v, want at least %d", decisions, hits, lists)
 	}
 }
 

@@ -105,7 +105,7 @@ const (
 
 func TestBadInputCatalogue(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	seed(t, cp, 2, 30, 0, 0)
+	seedWorld(t, cp, 2, 30, 0, 0)
 	ctx := context.Background()
 	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
 	lpc := newRawClient(t, lp.Config())

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/listproxy/listproxy/pkg/consistency"
 	"github.com/listproxy/listproxy/pkg/httpapi"
+	"github.com/listproxy/listproxy/pkg/snapshot/snapshottest"
 	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
 )
@@ -24,7 +24,7 @@ import (
 // Cache consistency checks: listproxy compares each snapshot
 // with the apiserver at the snapshot's resourceVersion, and a resource whose
 // snapshot differs is dropped and resynced. The tests corrupt a snapshot
-// through a test hook, as a lost watch event would.
+// (pkg/snapshot/snapshottest), as a lost watch event would.
 
 const consistencyPath = "/debug/listproxy/consistency"
 
@@ -77,7 +77,7 @@ func warmPods(ctx context.Context, t *testing.T, lpc rawClient, formats ...wire.
 // the expected diff.
 func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *consistency.KeyDiff {
 	t.Helper()
-	store := lp.Lists().StoreForTest(consistencyPodsGVR, wire.JSON)
+	store := lp.Lists().Store(consistencyPodsGVR, wire.JSON)
 	if store == nil {
 		t.Fatal("no JSON pods store")
 	}
@@ -89,7 +89,7 @@ func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *co
 	if !ok {
 		t.Fatalf("%s not in the snapshot", change)
 	}
-	if err := store.CorruptForTest([]string{drop}, map[string]uint64{change: e.RV + 1000}); err != nil {
+	if err := snapshottest.Corrupt(store, []string{drop}, map[string]uint64{change: e.RV + 1000}); err != nil {
 		t.Fatal(err)
 	}
 	return &consistency.KeyDiff{
@@ -104,7 +104,7 @@ func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *co
 // snapshot equals the apiserver again.
 func TestConsistencyCheck(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	seed(t, cp, 2, 20, 0, 0)
+	seedWorld(t, cp, 2, 20, 0, 0)
 	lp := framework.StartListproxy(t, cp) // periodic checks every 10m: none during the test
 	lpc, apic := newRawClient(t, lp.Config()), newRawClient(t, cp.AdminConfig)
 	ctx := context.Background()
@@ -145,15 +145,15 @@ func TestConsistencyCheck(t *testing.T) {
 			t.Errorf("%v: %+v, want a match, dropped with the resource", f, r)
 		}
 	}
-	m := scrapeMetrics(t, lp.URL+"/metrics")
-	if got := m.sum("listproxy_consistency_checks_total", `resource="pods"`, `format="json"`, `result="mismatch"`); got != 1 {
+	m := framework.Scrape(t, nil, lp.URL+"/metrics")
+	if got := m.Sum("listproxy_consistency_checks_total", `resource="pods"`, `format="json"`, `result="mismatch"`); got != 1 {
 		t.Errorf("listproxy_consistency_checks_total{format=json,result=mismatch} = %v, want 1", got)
 	}
-	if got := m.sum("listproxy_consistency_checks_total", `resource="pods"`, `result="match"`); got != 7 {
+	if got := m.Sum("listproxy_consistency_checks_total", `resource="pods"`, `result="match"`); got != 7 {
 		t.Errorf("listproxy_consistency_checks_total{result=match} = %v, want 4 + 3", got)
 	}
 	for _, f := range allFormats {
-		if lp.Lists().StoreForTest(consistencyPodsGVR, f) != nil {
+		if lp.Lists().Store(consistencyPodsGVR, f) != nil {
 			t.Errorf("%v pods store not dropped", f)
 		}
 	}
@@ -200,7 +200,7 @@ func TestConsistencyCheck(t *testing.T) {
 			t.Errorf("%v after the resync: %+v, want a match", f, r)
 		}
 	}
-	if lp.Lists().StoreForTest(consistencyPodsGVR, wire.JSON) == nil {
+	if lp.Lists().Store(consistencyPodsGVR, wire.JSON) == nil {
 		t.Error("JSON pods store dropped after a match")
 	}
 }
@@ -210,7 +210,7 @@ func TestConsistencyCheck(t *testing.T) {
 // without anyone asking.
 func TestConsistencyCheckPeriodic(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	seed(t, cp, 1, 10, 0, 0)
+	seedWorld(t, cp, 1, 10, 0, 0)
 	lp := framework.StartListproxy(t, cp, "--authentication=delegated", "--client-ca-file="+cp.CAFile, "--consistency-check-interval=1s")
 	admin := lp.UserConfig(framework.UserAdmin)
 	ctx := context.Background()
@@ -230,25 +230,15 @@ func TestConsistencyCheckPeriodic(t *testing.T) {
 
 	warmPods(ctx, t, newRawClient(t, admin), wire.JSON)
 	corruptPods(t, lp, "ns-0/pod-1", "ns-0/pod-2")
+	adminClient, err := rest.HTTPClientFor(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	mismatches := func() float64 {
-		got := authDo(t, admin, http.MethodGet, "/metrics", nil, "")
-		if got.code != http.StatusOK {
-			t.Fatalf("GET /metrics = %v", got)
-		}
-		n := 0.0
-		for _, line := range strings.Split(string(got.body), "\n") {
-			if strings.HasPrefix(line, "listproxy_consistency_checks_total{") && strings.Contains(line, `format="json"`) && strings.Contains(line, `result="mismatch"`) {
-				v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-				if err != nil {
-					t.Fatalf("metric line %q: %v", line, err)
-				}
-				n += v
-			}
-		}
-		return n
+		return framework.Scrape(t, adminClient, lp.URL+"/metrics").Sum("listproxy_consistency_checks_total", `format="json"`, `result="mismatch"`)
 	}
 	took := authWaitFor(t, "a periodic check to count the mismatch and drop the store", 30*time.Second, func() bool {
-		return mismatches() == 1 && lp.Lists().StoreForTest(consistencyPodsGVR, wire.JSON) == nil
+		return mismatches() == 1 && lp.Lists().Store(consistencyPodsGVR, wire.JSON) == nil
 	})
 	t.Logf("found and dropped after %v", took.Round(time.Millisecond))
 	got := authDo(t, admin, http.MethodGet, consistencyPath, nil, "")

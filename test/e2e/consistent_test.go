@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/listproxy/listproxy/test/framework"
+	"github.com/listproxy/listproxy/test/framework/seed"
 )
 
 // Acceptance tests for consistent reads (docs/design.md "Freshness" and
@@ -80,15 +80,13 @@ func parseRV(t *testing.T, rv string) uint64 {
 // seedConfigMaps creates configmaps PREFIX-00 … PREFIX-(n-1) in namespace ns.
 func seedConfigMaps(t *testing.T, cs kubernetes.Interface, ns, prefix string, n int) {
 	t.Helper()
-	var jobs []func() error
-	for i := range n {
-		jobs = append(jobs, func() error {
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%02d", prefix, i)}, Data: map[string]string{"i": strconv.Itoa(i)}}
-			_, err := cs.CoreV1().ConfigMaps(ns).Create(context.Background(), cm, metav1.CreateOptions{})
-			return err
-		})
+	cms := make([]*corev1.ConfigMap, n)
+	for i := range cms {
+		cms[i] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%02d", prefix, i)}, Data: map[string]string{"i": strconv.Itoa(i)}}
 	}
-	runParallel(t, 8, jobs)
+	if err := seed.ConfigMaps(context.Background(), cs, cms, seed.Options{Workers: 8}); err != nil {
+		t.Fatalf("seeding: %v", err)
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -620,20 +618,18 @@ func TestPagingConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := cp.Clientset(framework.UserAdmin)
-	var jobs []func() error
-	for i := range total {
-		jobs = append(jobs, func() error {
-			pt := &corev1.PodTemplate{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("template-%04d", i)},
-				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-					Containers: []corev1.Container{{Name: "test", Image: "busybox"}},
-				}},
-			}
-			_, err := cs.CoreV1().PodTemplates(ns).Create(ctx, pt, metav1.CreateOptions{})
-			return err
-		})
+	templates := make([]*corev1.PodTemplate, total)
+	for i := range templates {
+		templates[i] = &corev1.PodTemplate{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("template-%04d", i)},
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "test", Image: "busybox"}},
+			}},
+		}
 	}
-	runParallel(t, 16, jobs)
+	if err := seed.PodTemplates(ctx, cs, templates, seed.Options{Workers: 16}); err != nil {
+		t.Fatalf("seeding: %v", err)
+	}
 	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
 	lpc := newRawClient(t, lp.Config())
 	path := "/api/v1/namespaces/" + ns + "/podtemplates"
@@ -1053,7 +1049,7 @@ func TestEtcdDownFallback(t *testing.T) {
 		// error after apiserverTimeout); listproxy's share of the time is
 		// what the freshness histogram records.
 		metrics := pass.base + "/metrics"
-		before := scrapeMetrics(t, metrics)
+		before := framework.Scrape(t, nil, metrics)
 		start := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, timeout+apiserverTimeout+margin)
 		defer cancel()
@@ -1066,19 +1062,19 @@ func TestEtcdDownFallback(t *testing.T) {
 		if got := hdr.Get(headerServedFrom); got != "apiserver" {
 			t.Errorf("served from %q, want apiserver", got)
 		}
-		after := scrapeMetrics(t, metrics)
+		after := framework.Scrape(t, nil, metrics)
 		const waits = "listproxy_freshness_wait_duration_seconds"
-		if n := after.sum(waits+"_count") - before.sum(waits+"_count"); n != 1 {
+		if n := after.Sum(waits+"_count") - before.Sum(waits+"_count"); n != 1 {
 			t.Errorf("%v freshness waits recorded, want 1", n)
 		}
-		if n := after.fallbackCount() - before.fallbackCount(); n != 1 {
+		if n := fallbackCount(after) - fallbackCount(before); n != 1 {
 			t.Errorf("%v fallbacks counted in listproxy_freshness_consistent_reads_total, want 1", n)
 		}
 		bound := fmt.Sprintf(`le="%g"`, (timeout + margin).Seconds())
-		if !after.has(waits+"_bucket", bound) {
+		if !after.Has(waits+"_bucket", bound) {
 			t.Fatalf("%s has no bucket %s", waits, bound)
 		}
-		if slow := after.sum(waits+"_count") - after.sum(waits+"_bucket", bound); slow > 0 {
+		if slow := after.Sum(waits+"_count") - after.Sum(waits+"_bucket", bound); slow > 0 {
 			t.Errorf("%v consistent reads waited longer than %v for their freshness proof", slow, timeout+margin)
 		}
 	})
@@ -1139,82 +1135,10 @@ func TestEtcdDownFallback(t *testing.T) {
 
 // fallbackCount is the number of consistent reads whose freshness was not
 // proven in time.
-func (m metricSamples) fallbackCount() float64 {
-	return m.sum("listproxy_freshness_consistent_reads_total", `outcome="probe_failed"`) +
-		m.sum("listproxy_freshness_consistent_reads_total", `outcome="progress_timeout"`) +
-		m.sum("listproxy_freshness_consistent_reads_total", `outcome="snapshot_timeout"`)
-}
-
-// metricSamples is a scraped /metrics page: sample name (a histogram's
-// _bucket, _sum and _count apart) → label set as written → value.
-type metricSamples map[string]map[string]float64
-
-func scrapeMetrics(t *testing.T, u string) metricSamples {
-	t.Helper()
-	resp, err := http.Get(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	m := metricSamples{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		series, value, _ := strings.Cut(line, " ")
-		name, lbls := series, ""
-		if i := strings.IndexByte(line, '{'); i >= 0 {
-			j := strings.LastIndexByte(line, '}')
-			name, lbls, value = line[:i], line[i+1:j], strings.TrimSpace(line[j+1:])
-		}
-		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		if m[name] == nil {
-			m[name] = map[string]float64{}
-		}
-		m[name][lbls] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
-// sum adds up the samples of name whose labels include every label pair
-// (written as in the exposition format: key="value").
-func (m metricSamples) sum(name string, pairs ...string) float64 {
-	total := 0.0
-	for lbls, v := range m[name] {
-		if hasLabels(lbls, pairs) {
-			total += v
-		}
-	}
-	return total
-}
-
-// has reports whether name has a sample with every label pair.
-func (m metricSamples) has(name string, pairs ...string) bool {
-	for lbls := range m[name] {
-		if hasLabels(lbls, pairs) {
-			return true
-		}
-	}
-	return false
-}
-
-func hasLabels(lbls string, pairs []string) bool {
-	have := strings.Split(lbls, ",")
-	for _, p := range pairs {
-		if !slices.Contains(have, p) {
-			return false
-		}
-	}
-	return true
+func fallbackCount(m framework.Metrics) float64 {
+	return m.Sum("listproxy_freshness_consistent_reads_total", `outcome="probe_failed"`) +
+		m.Sum("listproxy_freshness_consistent_reads_total", `outcome="progress_timeout"`) +
+		m.Sum("listproxy_freshness_consistent_reads_total", `outcome="snapshot_timeout"`)
 }
 
 // ---------------------------------------------------------------------------
@@ -1262,13 +1186,13 @@ func TestProbeCoalescing(t *testing.T) {
 	}
 	burst() // opens the connections
 
-	before := scrapeMetrics(t, lp.URL+"/metrics")
+	before := framework.Scrape(t, nil, lp.URL+"/metrics")
 	start := time.Now()
 	served := burst()
 	elapsed := time.Since(start)
-	after := scrapeMetrics(t, lp.URL+"/metrics")
-	probes := after.sum("listproxy_freshness_probes_total") - before.sum("listproxy_freshness_probes_total")
-	waiters := after.sum("listproxy_freshness_probe_waiters_total") - before.sum("listproxy_freshness_probe_waiters_total")
+	after := framework.Scrape(t, nil, lp.URL+"/metrics")
+	probes := after.Sum("listproxy_freshness_probes_total") - before.Sum("listproxy_freshness_probes_total")
+	waiters := after.Sum("listproxy_freshness_probe_waiters_total") - before.Sum("listproxy_freshness_probe_waiters_total")
 
 	t.Logf("%d consistent LISTs in %v: %d served from snapshots, %v probes for %v waiters (%.1f LISTs per probe)",
 		readers, elapsed.Round(time.Millisecond), served, probes, waiters, waiters/max(probes, 1))

@@ -185,7 +185,7 @@ func TestDifferentialAgainstAPIServer(t *testing.T) {
 	}
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	createWidgetCRD(t, cp.AdminConfig)
-	w := seed(t, cp, 4, 150, 40, 12)
+	w := seedWorld(t, cp, 4, 150, 40, 12)
 	// With etcd, consistent reads are served from snapshots once proven.
 	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
 

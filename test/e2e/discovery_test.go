@@ -197,10 +197,9 @@ func TestIdleStoresAreDropped(t *testing.T) {
 	lpc := newRawClient(t, lp.Config())
 	ctx := context.Background()
 	tg := []target{{path: "/api/v1/namespaces/default/configmaps"}}
-	series := `listproxy_snapshot_objects{format="json",resource="configmaps"}`
+	const series = `listproxy_snapshot_objects{format="json",resource="configmaps"}`
 	hasSeries := func() bool {
-		_, _, body, err := newRawClient(t, lp.Config()).get(ctx, "/metrics", nil, "text/plain")
-		return err == nil && strings.Contains(string(body), series)
+		return framework.Scrape(t, nil, lp.URL+"/metrics").Has("listproxy_snapshot_objects", `format="json"`, `resource="configmaps"`)
 	}
 
 	warmUp(ctx, t, lpc, tg) // starts the json store and waits until it serves

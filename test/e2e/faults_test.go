@@ -85,9 +85,9 @@ func TestStalledWatchIsReestablished(t *testing.T) {
 		t.Fatalf("could not freeze both pods watches (%d open): %v", sp.OpenWatches(), err)
 	}
 	frozenAt := time.Now()
-	before := make([]metricSamples, len(proxies))
+	before := make([]framework.Metrics, len(proxies))
 	for i, p := range proxies {
-		before[i] = scrapeMetrics(t, p.lp.URL+"/metrics")
+		before[i] = framework.Scrape(t, nil, p.lp.URL+"/metrics")
 	}
 
 	// Writes the frozen watches do not deliver.
@@ -166,11 +166,11 @@ func TestStalledWatchIsReestablished(t *testing.T) {
 				t.Errorf("resourceVersion=0 LIST after the watch was re-established: HTTP %d from %q, %v (err %v)", rv0.code, rv0.servedFrom, namesOf(rv0.items), err)
 			}
 
-			after := scrapeMetrics(t, p.lp.URL+"/metrics")
+			after := framework.Scrape(t, nil, p.lp.URL+"/metrics")
 			const restarts = "listproxy_snapshot_watch_restarts_total"
 			for _, reason := range []string{"stalled", "lagging"} {
 				pairs := append(slices.Clone(podsSeries), `reason="`+reason+`"`)
-				n := after.sum(restarts, pairs...) - before[i].sum(restarts, pairs...)
+				n := after.Sum(restarts, pairs...) - before[i].Sum(restarts, pairs...)
 				switch {
 				case reason == p.reason && n < 1:
 					t.Errorf("%s{reason=%q} rose by %v, want at least 1", restarts, reason, n)
@@ -219,7 +219,7 @@ func TestAPIServerRestartMidWatch(t *testing.T) {
 	warmNames := namesOf(warm.items)
 	t.Logf("before the restart: %v at resourceVersion %s", warmNames, warm.meta.ResourceVersion)
 
-	atStop := scrapeMetrics(t, metrics)
+	atStop := framework.Scrape(t, nil, metrics)
 	if err := cp.StopAPIServer(); err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestAPIServerRestartMidWatch(t *testing.T) {
 	waitWatchHealthy(ctx, t, lp.URL, 0)
 
 	t.Run("rv0_from_last_snapshot", func(t *testing.T) {
-		before := scrapeMetrics(t, metrics)
+		before := framework.Scrape(t, nil, metrics)
 		p, err := getListAnswer(ctx, c, path, rv0)
 		if err != nil {
 			t.Fatal(err)
@@ -240,15 +240,15 @@ func TestAPIServerRestartMidWatch(t *testing.T) {
 		if p.code != http.StatusOK || p.servedFrom != "snapshot" || !slices.Equal(namesOf(p.items), warmNames) {
 			t.Errorf("resourceVersion=0 LIST with the apiserver down: HTTP %d from %q with %v, want 200 from snapshot with %v", p.code, p.servedFrom, namesOf(p.items), warmNames)
 		}
-		after := scrapeMetrics(t, metrics)
+		after := framework.Scrape(t, nil, metrics)
 		const stale = "listproxy_lists_served_stale_total"
-		if n := after.sum(stale, `resource="pods"`) - before.sum(stale, `resource="pods"`); n != 1 {
+		if n := after.Sum(stale, `resource="pods"`) - before.Sum(stale, `resource="pods"`); n != 1 {
 			t.Errorf("%s rose by %v, want 1", stale, n)
 		}
-		if v := after.sum("listproxy_snapshot_watch_healthy", podsSeries...); v != 0 {
+		if v := after.Sum("listproxy_snapshot_watch_healthy", podsSeries...); v != 0 {
 			t.Errorf("listproxy_snapshot_watch_healthy = %v with the apiserver down, want 0", v)
 		}
-		if last := after.sum("listproxy_snapshot_last_progress_timestamp_seconds", podsSeries...); last <= 0 {
+		if last := after.Sum("listproxy_snapshot_last_progress_timestamp_seconds", podsSeries...); last <= 0 {
 			t.Errorf("listproxy_snapshot_last_progress_timestamp_seconds = %v, want the time of the last list or event", last)
 		}
 	})
@@ -339,10 +339,10 @@ func TestAPIServerRestartMidWatch(t *testing.T) {
 		t.Logf("consistent LISTs served from the resynced snapshot %v after the apiserver started (%d answered otherwise meanwhile)",
 			time.Since(restarted).Round(time.Millisecond), passedThrough)
 		waitWatchHealthy(ctx, t, lp.URL, 1)
-		after := scrapeMetrics(t, metrics)
+		after := framework.Scrape(t, nil, metrics)
 		delta := func(name string, pairs ...string) float64 {
 			pairs = append(slices.Clone(podsSeries), pairs...)
-			return after.sum(name, pairs...) - atStop.sum(name, pairs...)
+			return after.Sum(name, pairs...) - atStop.Sum(name, pairs...)
 		}
 		const restarts = "listproxy_snapshot_watch_restarts_total"
 		t.Logf("since the apiserver stopped: relists %v; watch restarts: closed %v, error %v, gone %v, lagging %v",
@@ -354,7 +354,7 @@ func TestAPIServerRestartMidWatch(t *testing.T) {
 			t.Errorf("resourceVersion=0 LIST after the resync: HTTP %d from %q with %v (%v)", p.code, p.servedFrom, namesOf(p.items), err)
 		}
 		const stale = "listproxy_lists_served_stale_total"
-		if n := scrapeMetrics(t, metrics).sum(stale, `resource="pods"`) - after.sum(stale, `resource="pods"`); n != 0 {
+		if n := framework.Scrape(t, nil, metrics).Sum(stale, `resource="pods"`) - after.Sum(stale, `resource="pods"`); n != 0 {
 			t.Errorf("%s rose by %v with the store fed, want 0", stale, n)
 		}
 	})

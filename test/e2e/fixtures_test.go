@@ -14,59 +14,26 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/test/framework"
+	"github.com/listproxy/listproxy/test/framework/seed"
 )
 
-var widgetGVR = schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "widgets"}
+var widgetGVR = seed.WidgetGVR
 
-// createWidgetCRD installs a namespaced CRD with a selectable field
-// spec.color and waits until it is served.
+// createWidgetCRD installs the demo CRD (seed.WidgetCRD), with a selectable
+// field spec.color, and waits until it is served.
 func createWidgetCRD(t *testing.T, cfg *rest.Config) {
 	t.Helper()
-	ctx := context.Background()
-	client := apiextensionsclient.NewForConfigOrDie(cfg)
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: "widgets.demo.listproxy.io"},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: "demo.listproxy.io",
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
-			Scope: apiextensionsv1.NamespaceScoped,
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object",
-					Properties: map[string]apiextensionsv1.JSONSchemaProps{
-						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
-							"color": {Type: "string"},
-							"size":  {Type: "integer"},
-						}},
-					},
-				}},
-				SelectableFields: []apiextensionsv1.SelectableField{{JSONPath: ".spec.color"}},
-			}},
-		},
-	}
-	if _, err := client.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create CRD: %v", err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := dynamic.NewForConfigOrDie(cfg).Resource(widgetGVR).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("CRD not served: %v", err)
+	if err := seed.InstallWidgetCRD(context.Background(), cfg); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -96,85 +63,56 @@ func newPod(ns, name string, i int) *corev1.Pod {
 }
 
 func newWidget(ns, name string, i int) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "demo.listproxy.io/v1", "kind": "Widget",
-		"metadata": map[string]any{"namespace": ns, "name": name, "labels": map[string]any{"app": []string{"a", "b", "c"}[i%3]}},
-		"spec":     map[string]any{"color": colors[i%len(colors)], "size": int64(i)},
-	}}
+	return seed.Widget(ns, name, map[string]string{"app": []string{"a", "b", "c"}[i%3]}, colors[i%len(colors)], int64(i))
 }
 
-// seed creates namespaces, pods, widgets and nodes concurrently.
-func seed(t *testing.T, cp *framework.ControlPlane, namespaces, podsPerNS, widgetsPerNS, nodes int) *world {
+// seedWorld creates namespaces, nodes, pods and widgets (seed).
+func seedWorld(t *testing.T, cp *framework.ControlPlane, namespaces, podsPerNS, widgetsPerNS, nodes int) *world {
 	t.Helper()
 	ctx := context.Background()
 	w := &world{cs: cp.Clientset(framework.UserAdmin), dyn: dynamic.NewForConfigOrDie(cp.AdminConfig), nodes: nodes, pods: map[string][]string{}}
+	var (
+		nss         []*corev1.Namespace
+		nodeObjects []*corev1.Node
+		pods        []*corev1.Pod
+		widgets     []*unstructured.Unstructured
+	)
 	for i := 0; i < namespaces; i++ {
 		ns := fmt.Sprintf("ns-%d", i)
-		if err := cp.CreateNamespace(ctx, ns, map[string]string{"team": fmt.Sprint(i % 2)}); err != nil {
-			t.Fatalf("namespace: %v", err)
-		}
+		nss = append(nss, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"team": fmt.Sprint(i % 2)}}})
 		w.namespaces = append(w.namespaces, ns)
 	}
-	var jobs []func() error
 	for i := 0; i < nodes; i++ {
-		name := fmt.Sprintf("node-%d", i)
-		unschedulable := i%3 == 0
-		jobs = append(jobs, func() error {
-			_, err := w.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "node"}}, Spec: corev1.NodeSpec{Unschedulable: unschedulable}}, metav1.CreateOptions{})
-			return err
+		nodeObjects = append(nodeObjects, &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("node-%d", i), Labels: map[string]string{"app": "node"}},
+			Spec:       corev1.NodeSpec{Unschedulable: i%3 == 0},
 		})
 	}
 	for _, ns := range w.namespaces {
 		for i := 0; i < podsPerNS; i++ {
 			name := fmt.Sprintf("pod-%d", i)
 			w.pods[ns] = append(w.pods[ns], name)
-			jobs = append(jobs, func() error {
-				_, err := w.cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, name, i), metav1.CreateOptions{})
-				return err
-			})
+			pods = append(pods, newPod(ns, name, i))
 		}
 		for i := 0; i < widgetsPerNS; i++ {
-			name := fmt.Sprintf("widget-%d", i)
-			jobs = append(jobs, func() error {
-				_, err := w.dyn.Resource(widgetGVR).Namespace(ns).Create(ctx, newWidget(ns, name, i), metav1.CreateOptions{})
-				return err
-			})
+			widgets = append(widgets, newWidget(ns, fmt.Sprintf("widget-%d", i), i))
 		}
 	}
 	w.next = podsPerNS
-	runParallel(t, 16, jobs)
+	opts := seed.Options{Workers: 16}
+	if err := seed.Namespaces(ctx, cp, nss, opts); err != nil {
+		t.Fatalf("seeding: %v", err)
+	}
+	for _, err := range []error{
+		seed.Nodes(ctx, w.cs, nodeObjects, opts),
+		seed.Pods(ctx, w.cs, pods, opts),
+		seed.Widgets(ctx, w.dyn, widgets, opts),
+	} {
+		if err != nil {
+			t.Fatalf("seeding: %v", err)
+		}
+	}
 	return w
-}
-
-func runParallel(t *testing.T, workers int, jobs []func() error) {
-	t.Helper()
-	ch := make(chan func() error)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for i := 0; i < workers; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for job := range ch {
-				if err := job(); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for _, j := range jobs {
-		ch <- j
-	}
-	close(ch)
-	wg.Wait()
-	if firstErr != nil {
-		t.Fatalf("seeding: %v", firstErr)
-	}
 }
 
 // churn creates, updates and deletes pods, widgets and nodes at about rate

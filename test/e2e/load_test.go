@@ -162,9 +162,9 @@ func loadPodJSON(name string, i int) string {
 func testLoadStorm(ctx context.Context, t *testing.T, lp *framework.Listproxy, n int) {
 	const path = "/api/v1/pods"
 	// The bytes of a full list decide how many the byte bound admits at once.
-	listBytes := scrapeMetrics(t, lp.URL+"/metrics").sum("listproxy_snapshot_bytes", `resource="pods"`, `format="json"`)
+	listBytes := framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_snapshot_bytes", `resource="pods"`, `format="json"`)
 	admitted := min(loadMaxInflightLists, max(1, int(loadMaxInflightBytes/listBytes)))
-	timeoutsBefore := scrapeMetrics(t, lp.URL+"/metrics").sum("listproxy_lists_write_timeouts_total")
+	timeoutsBefore := framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_lists_write_timeouts_total")
 	// Live heap with the snapshots loaded and nothing in flight.
 	runtime.GC()
 	baseline := heapLive()
@@ -254,14 +254,14 @@ func testLoadStorm(ctx context.Context, t *testing.T, lp *framework.Listproxy, n
 	// Everything admitted was released.
 	awaitMetric(ctx, t, lp.URL, 30*time.Second, 0, "listproxy_lists_inflight")
 	awaitMetric(ctx, t, lp.URL, 30*time.Second, 0, "listproxy_lists_queued")
-	m := scrapeMetrics(t, lp.URL+"/metrics")
-	if got := m.sum("listproxy_lists_rejected_total"); got != float64(limiterRejections) {
+	m := framework.Scrape(t, nil, lp.URL+"/metrics")
+	if got := m.Sum("listproxy_lists_rejected_total"); got != float64(limiterRejections) {
 		t.Errorf("listproxy_lists_rejected_total = %v, want %d (the in-flight bound's 429s)", got, limiterRejections)
 	}
-	if got := m.sum("listproxy_lists_inflight_bytes"); got != 0 {
+	if got := m.Sum("listproxy_lists_inflight_bytes"); got != 0 {
 		t.Errorf("listproxy_lists_inflight_bytes = %v after the storm, want 0", got)
 	}
-	if got := m.sum("listproxy_lists_write_timeouts_total"); got != timeoutsBefore {
+	if got := m.Sum("listproxy_lists_write_timeouts_total"); got != timeoutsBefore {
 		t.Errorf("listproxy_lists_write_timeouts_total went from %v to %v during the storm, want no admitted response cut short", timeoutsBefore, got)
 	}
 }
@@ -402,7 +402,7 @@ func awaitMetric(ctx context.Context, t *testing.T, lpURL string, within time.Du
 	t.Helper()
 	var got float64
 	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, within, true, func(context.Context) (bool, error) {
-		got = scrapeMetrics(t, lpURL+"/metrics").sum(name, pairs...)
+		got = framework.Scrape(t, nil, lpURL+"/metrics").Sum(name, pairs...)
 		return got == want, nil
 	})
 	if err != nil {
@@ -418,14 +418,14 @@ func testLoadSlowReader(ctx context.Context, t *testing.T, cp *framework.Control
 	lpc := newRawClient(t, lp.Config())
 	const path = "/api/v1/pods"
 	full := url.Values{"resourceVersion": {"0"}}
-	m := scrapeMetrics(t, lp.URL+"/metrics")
+	m := framework.Scrape(t, nil, lp.URL+"/metrics")
 	// Socket buffers on both sides hold a few MiB (the server's send buffer
 	// grows to net.ipv4.tcp_wmem's maximum, 4 MiB by default).
-	if b := m.sum("listproxy_snapshot_bytes", `resource="pods"`, `format="json"`); b < 16<<20 {
+	if b := m.Sum("listproxy_snapshot_bytes", `resource="pods"`, `format="json"`); b < 16<<20 {
 		t.Skipf("a full list is %d MiB; a stuck reader needs one larger than socket buffers (raise LISTPROXY_LOAD_PODS)", int(b)>>20)
 	}
 	// Responses cut short before (the gzip warm-up may have been).
-	timeoutsBefore := m.sum("listproxy_lists_write_timeouts_total")
+	timeoutsBefore := m.Sum("listproxy_lists_write_timeouts_total")
 
 	// A receive buffer of a few KB (fixed, so not auto-tuned): the
 	// response, tens of MB at the default pod count, cannot fit into the
@@ -476,8 +476,8 @@ func testLoadSlowReader(ctx context.Context, t *testing.T, cp *framework.Control
 		t.Fatalf("NotOlderThan LIST at the new pod's RV %s while a reader is stuck: HTTP %d from %q, %d items at RV %s; want the pod, from a snapshot",
 			created.ResourceVersion, a.code, a.servedFrom, len(a.items), a.meta.ResourceVersion)
 	}
-	m = scrapeMetrics(t, lp.URL+"/metrics")
-	if inflight, timeouts := m.sum("listproxy_lists_inflight"), m.sum("listproxy_lists_write_timeouts_total"); inflight != 1 || timeouts != timeoutsBefore {
+	m = framework.Scrape(t, nil, lp.URL+"/metrics")
+	if inflight, timeouts := m.Sum("listproxy_lists_inflight"), m.Sum("listproxy_lists_write_timeouts_total"); inflight != 1 || timeouts != timeoutsBefore {
 		t.Fatalf("after the other requests: %v responses in flight, %v write timeouts; want the stuck one still writing (is the response, %d bytes, larger than the socket buffers?)", inflight, timeouts, listBytes)
 	}
 	t.Logf("while one reader was stuck for %v (writing after %v): a full list (%d MiB, done after %v) and a NotOlderThan list at a new write were answered from snapshots",

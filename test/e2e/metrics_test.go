@@ -23,7 +23,7 @@ import (
 // exported.
 func TestMetricsCatalogue(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	seed(t, cp, 2, 30, 0, 2)
+	seedWorld(t, cp, 2, 30, 0, 2)
 	// Service mode, so that authorization metrics are exported too.
 	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint, "--authentication=delegated", "--client-ca-file="+cp.CAFile)
 	lpc := newRawClient(t, lp.UserConfig(framework.UserAdmin))

@@ -44,6 +44,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/listproxy/listproxy/test/framework"
+	"github.com/listproxy/listproxy/test/framework/seed"
 )
 
 // The pass-through tests are the acceptance of listproxy's foundation:
@@ -132,13 +133,16 @@ func TestKubectlThroughListproxy(t *testing.T) {
 	// continue tokens. listproxy must answer from snapshots, so that the
 	// comparison is between listproxy and the apiserver, not the apiserver
 	// and itself.
-	seed(t, cp, 3, 20, 0, 0)
+	seedWorld(t, cp, 3, 20, 0, 0)
 	lpc := newRawClient(t, lp.Config())
 	warmUp(ctx, t, lpc, []target{{path: "/api/v1/pods"}})
 	waitServedFromSnapshot(ctx, t, lpc, "/api/v1/pods", url.Values{"limit": {"1"}})
-	before := snapshotListCount(t, lp.URL, "pods")
+	snapshotLists := func() float64 {
+		return framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_lists_total", `resource="pods"`, `source="snapshot"`)
+	}
+	before := snapshotLists()
 	fromLP := kubectlItemIDs(t, viaLP.run(t, "get", "pods", "-A", "-o", "json", "--chunk-size=7"))
-	served := snapshotListCount(t, lp.URL, "pods") - before
+	served := snapshotLists() - before
 	fromAPI := kubectlItemIDs(t, direct.run(t, "get", "pods", "-A", "-o", "json", "--chunk-size=7"))
 	if len(fromAPI) < 60 {
 		t.Fatalf("apiserver lists %d pods, want at least 60", len(fromAPI))
@@ -251,14 +255,13 @@ func TestInformerThroughListproxy(t *testing.T) {
 			if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
 				t.Fatal(err)
 			}
-			var jobs []func() error
-			for i := range 30 {
-				jobs = append(jobs, func() error {
-					_, err := admin.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("pod-%d", i), i), metav1.CreateOptions{})
-					return err
-				})
+			pods := make([]*corev1.Pod, 30)
+			for i := range pods {
+				pods[i] = newPod(ns, fmt.Sprintf("pod-%d", i), i)
 			}
-			runParallel(t, 8, jobs)
+			if err := seed.Pods(ctx, admin, pods, seed.Options{Workers: 8}); err != nil {
+				t.Fatalf("seeding: %v", err)
+			}
 			// Pages of 10: the reflector's pager must follow listproxy's
 			// continue tokens (watch-list mode ignores the limit).
 			tweak := func(o *metav1.ListOptions) {
@@ -400,9 +403,10 @@ func TestLargeListStreams(t *testing.T) {
 		{name: "passed_through", query: url.Values{"pretty": {"false"}}, servedFrom: "apiserver"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			allocBefore := metricValue(t, lp.URL, "go_memstats_alloc_bytes_total")
+			const alloc = "go_memstats_alloc_bytes_total"
+			allocBefore := framework.Scrape(t, nil, lp.URL+"/metrics").Sum(alloc)
 			m := measureStreamingList(t, lp.Process.Pid(), lp.URL+path, tc.query)
-			allocated := int64(metricValue(t, lp.URL, "go_memstats_alloc_bytes_total") - allocBefore)
+			allocated := int64(framework.Scrape(t, nil, lp.URL+"/metrics").Sum(alloc) - allocBefore)
 			t.Logf("%s: %d bytes from %s in %v; listproxy RSS %d MiB before, peak %d MiB (sampled) / %d MiB (VmHWM), growth %d MiB; Go heap allocations during the request %d MiB",
 				tc.name, m.bytes, m.servedFrom, m.duration.Round(time.Millisecond),
 				m.rssBefore>>20, m.rssPeakSampled>>20, m.rssPeakHWM>>20, m.growth()>>20, allocated>>20)
@@ -822,54 +826,6 @@ func waitServedFromSnapshot(ctx context.Context, t *testing.T, lpc rawClient, pa
 	}
 }
 
-// metricValue returns the value of an unlabelled metric on lpURL's /metrics.
-func metricValue(t *testing.T, lpURL, name string) float64 {
-	t.Helper()
-	_, body := httpGetCode(t, lpURL+"/metrics")
-	for _, line := range strings.Split(body, "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				t.Fatalf("metrics line %q: %v", line, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("%s/metrics has no %s", lpURL, name)
-	return 0
-}
-
-// snapshotListCount sums listproxy_lists_total for resource answered from
-// snapshots, from listproxy's /metrics.
-func snapshotListCount(t *testing.T, lpURL, resource string) float64 {
-	t.Helper()
-	resp, err := http.Get(lpURL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var sum float64
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "listproxy_lists_total{") ||
-			!strings.Contains(line, `resource="`+resource+`"`) || !strings.Contains(line, `source="snapshot"`) {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		sum += v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return sum
-}
-
 // informerEvents collects an informer's notifications as "verb name[ label=value]"
 // and lets a test wait for one.
 type informerEvents struct {
@@ -977,15 +933,13 @@ func seedLargeConfigMaps(t *testing.T, cp *framework.ControlPlane, ns string, n 
 	client := kubernetes.NewForConfigOrDie(cfg)
 	payload := strings.Repeat("x", largeListPayload)
 	ctx := context.Background()
-	jobs := make([]func() error, n)
-	for i := range jobs {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%05d", i)}, Data: map[string]string{"payload": payload}}
-		jobs[i] = func() error {
-			_, err := client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{})
-			return err
-		}
+	cms := make([]*corev1.ConfigMap, n)
+	for i := range cms {
+		cms[i] = &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("cm-%05d", i)}, Data: map[string]string{"payload": payload}}
 	}
-	runParallel(t, 32, jobs)
+	if err := seed.ConfigMaps(ctx, client, cms, seed.Options{Workers: 32}); err != nil {
+		t.Fatalf("seeding: %v", err)
+	}
 }
 
 // listproxyChild is the listproxy binary running as a child process.

@@ -59,7 +59,7 @@ func TestDashboardAndAlertsInPrometheus(t *testing.T) {
 	}
 
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	seed(t, cp, 2, 30, 0, 2)
+	seedWorld(t, cp, 2, 30, 0, 2)
 	seedConfigMaps(t, cp.Clientset(framework.UserAdmin), "ns-0", "cm", 20)
 	// configmaps get a wrong etcd key prefix, so their consistent reads fall
 	// back and the fallback panels have data.

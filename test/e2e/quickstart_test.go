@@ -21,7 +21,7 @@ import (
 // the response header, and the /metrics pattern shows the offload.
 func TestQuickStart(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	seed(t, cp, 2, 30, 0, 2)
+	seedWorld(t, cp, 2, 30, 0, 2)
 	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
 	ctx := context.Background()
 	if err := framework.WarmList(ctx, http.DefaultClient, lp.URL, "/api/v1/pods"); err != nil {
@@ -30,7 +30,7 @@ func TestQuickStart(t *testing.T) {
 	kubectl := newKubectlRunner(t, cp, lp.URL)
 
 	lists := func(source string) float64 {
-		return scrapeMetrics(t, lp.URL+"/metrics").sum("listproxy_http_requests_total", `verb="list"`, `source="`+source+`"`)
+		return framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_http_requests_total", `verb="list"`, `source="`+source+`"`)
 	}
 	// run runs kubectl and waits until listproxy has counted its LISTs (a
 	// request is counted as its handler returns, which may be after kubectl

@@ -119,7 +119,7 @@ func diffItems(want, got listPage) string {
 
 func TestTokenSharedAcrossReplicas(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	seed(t, cp, 3, 100, 0, 0)
+	seedWorld(t, cp, 3, 100, 0, 0)
 	keys := writeKeyFile(t)
 	args := []string{"--continue-token-keys-file=" + keys, "--etcd-servers=" + cp.EtcdEndpoint, "--resources=pods"}
 	lpA := framework.StartListproxy(t, cp, args...)
@@ -295,7 +295,7 @@ func corrupt(token string) string {
 
 func TestBadContinueTokens(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	seed(t, cp, 2, 40, 0, 0)
+	seedWorld(t, cp, 2, 40, 0, 0)
 	ctx := context.Background()
 	args := []string{"--continue-token-keys-file=" + writeKeyFile(t), "--resources=pods,services,configmaps"}
 	lp := framework.StartListproxy(t, cp, args...)

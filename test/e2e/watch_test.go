@@ -280,8 +280,8 @@ func TestWatchDifferential(t *testing.T) {
 			}
 		}
 	}
-	m := scrapeMetrics(t, lp.URL+"/metrics")
-	if got := m.sum("listproxy_watch_served_total"); got != float64(len(pairs)) {
+	m := framework.Scrape(t, nil, lp.URL+"/metrics")
+	if got := m.Sum("listproxy_watch_served_total"); got != float64(len(pairs)) {
 		t.Errorf("listproxy_watch_served_total = %v, want %d", got, len(pairs))
 	}
 }
@@ -299,7 +299,7 @@ func TestWatchListInformers(t *testing.T) {
 
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	createWidgetCRD(t, cp.AdminConfig)
-	w := seed(t, cp, 3, 30, 20, 4)
+	w := seedWorld(t, cp, 3, 30, 20, 4)
 	lp := framework.StartListproxy(t, cp, "--serve-watches", "--etcd-servers="+cp.EtcdEndpoint)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -383,7 +383,7 @@ func TestWatchListInformers(t *testing.T) {
 		}
 	}
 
-	m := scrapeMetrics(t, lp.URL+"/metrics")
+	m := framework.Scrape(t, nil, lp.URL+"/metrics")
 	for _, name := range []string{"listproxy_watch_served_total", "listproxy_watch_events_total", "listproxy_watch_open"} {
 		t.Logf("%s: %v", name, m[name])
 	}
@@ -391,14 +391,14 @@ func TestWatchListInformers(t *testing.T) {
 		{"pods", "protobuf"}, {"widgets.demo.listproxy.io", "json"}, {"pods", "meta-protobuf"},
 	} {
 		pairs := []string{`resource="` + want.resource + `"`, `format="` + want.format + `"`}
-		if got := m.sum("listproxy_watch_served_total", pairs...); got < 1 {
+		if got := m.Sum("listproxy_watch_served_total", pairs...); got < 1 {
 			t.Errorf("listproxy served %v watches of %s in %s; want the informers' watch-lists", got, want.resource, want.format)
 		}
-		if got := m.sum("listproxy_watch_events_total", append(pairs, `type="MODIFIED"`)...); got < 1 {
+		if got := m.Sum("listproxy_watch_events_total", append(pairs, `type="MODIFIED"`)...); got < 1 {
 			t.Errorf("listproxy sent %v MODIFIED events of %s in %s; want the live stream", got, want.resource, want.format)
 		}
 	}
-	if got := m.sum("listproxy_watch_events_total", `type="DELETED"`); got < 1 {
+	if got := m.Sum("listproxy_watch_events_total", `type="DELETED"`); got < 1 {
 		t.Errorf("listproxy sent no DELETED event")
 	}
 }
@@ -493,8 +493,8 @@ func TestKubectlWaitThroughListproxy(t *testing.T) {
 	waitLines := kubectl.stream(ctx, t, "wait", "-n", ns, "pod/p1", "--for=condition=Demo=True", "--timeout=60s")
 	// kubectl wait is waiting once its watch-list was served.
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		m := scrapeMetrics(t, lp.URL+"/metrics")
-		return m.sum("listproxy_watch_open", `resource="pods"`, `format="json"`) >= 2, nil
+		m := framework.Scrape(t, nil, lp.URL+"/metrics")
+		return m.Sum("listproxy_watch_open", `resource="pods"`, `format="json"`) >= 2, nil
 	})
 	if err != nil {
 		t.Fatalf("kubectl's watches never open on listproxy: %v", err)
@@ -518,9 +518,9 @@ func TestKubectlWaitThroughListproxy(t *testing.T) {
 	}
 	// kubectl ≥ 1.35 waits with a watch-list, older ones with LIST then
 	// WATCH from its resourceVersion: either way both watches are served.
-	m := scrapeMetrics(t, lp.URL+"/metrics")
+	m := framework.Scrape(t, nil, lp.URL+"/metrics")
 	t.Logf("listproxy_watch_served_total: %v", m["listproxy_watch_served_total"])
-	if got := m.sum("listproxy_watch_served_total", `resource="pods"`, `format="json"`); got < 2 {
+	if got := m.Sum("listproxy_watch_served_total", `resource="pods"`, `format="json"`); got < 2 {
 		t.Errorf("listproxy served %v pod watches, want kubectl get -w's and kubectl wait's", got)
 	}
 }
@@ -657,9 +657,9 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 			t.Errorf("informer %d never equalled the apiserver's list: %s", i, last)
 		}
 	}
-	m := scrapeMetrics(t, lp.URL+"/metrics")
+	m := framework.Scrape(t, nil, lp.URL+"/metrics")
 	t.Logf("listproxy_watch_served_total: %v; ended: %v", m["listproxy_watch_served_total"], m["listproxy_watch_ended_total"])
-	if got := m.sum("listproxy_watch_served_total", `resource="pods"`, `format="protobuf"`); got < 20 {
+	if got := m.Sum("listproxy_watch_served_total", `resource="pods"`, `format="protobuf"`); got < 20 {
 		t.Errorf("listproxy served %v pod watches, want the 20 informers' watch-lists", got)
 	}
 }
@@ -718,15 +718,15 @@ func TestManyWatchers(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	m := scrapeMetrics(t, lp.URL+"/metrics")
-	if got := m.sum("listproxy_watch_open", `resource="pods"`); got != watchers {
+	m := framework.Scrape(t, nil, lp.URL+"/metrics")
+	if got := m.Sum("listproxy_watch_open", `resource="pods"`); got != watchers {
 		t.Errorf("listproxy_watch_open = %v, want %d", got, watchers)
 	}
 	stopWatches()
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return scrapeMetrics(t, lp.URL+"/metrics").sum("listproxy_watch_open", `resource="pods"`) == 0, nil
+		return framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_watch_open", `resource="pods"`) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("watches still open after their clients left: %v", scrapeMetrics(t, lp.URL+"/metrics")["listproxy_watch_open"])
+		t.Errorf("watches still open after their clients left: %v", framework.Scrape(t, nil, lp.URL+"/metrics")["listproxy_watch_open"])
 	}
 }

@@ -125,8 +125,9 @@ func (lp *Listproxy) waitReady(timeout time.Duration) error {
 	}
 }
 
-// Lists returns listproxy's snapshot server, to reach its test hooks (e.g.
-// Lists.StoreForTest); nil when it serves no LISTs from snapshots.
+// Lists returns listproxy's snapshot server, to reach its stores (e.g.
+// Lists.Store with pkg/snapshot/snapshottest); nil when it serves no LISTs
+// from snapshots.
 func (lp *Listproxy) Lists() *lists.Lists {
 	return lp.lists.Load()
 }

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -55,4 +56,15 @@ type testLogWriter struct{ t testing.TB }
 func (w testLogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+// Scrape is ScrapeMetrics for a test, which it fails on an error. A nil
+// client is http.DefaultClient.
+func Scrape(t testing.TB, client *http.Client, url string) Metrics {
+	t.Helper()
+	m, err := ScrapeMetrics(context.Background(), client, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -28,18 +28,21 @@ var allowed = map[string][]string{
 	"pkg/freshness":   {"pkg/snapshot", "test/framework/freeport"},
 	"pkg/paging":      {},
 	"pkg/snapshot":    {"pkg/gzstitch"},
-	"pkg/wire":        {},
-	"pkg/gzstitch":    {},
-	"pkg/httpapi":     {},
+	// Test helpers over a package's exported API, for tests only.
+	"pkg/snapshot/snapshottest": {"pkg/snapshot"},
+	"pkg/wire":                  {},
+	"pkg/gzstitch":              {},
+	"pkg/httpapi":               {},
 
 	// Tests and tools run listproxy in process and may read any package.
 	"test/framework":          {"cmd/listproxy/app", "pkg/*", "test/framework/freeport"},
 	"test/framework/freeport": {},
-	"test/e2e":                {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport"},
+	"test/framework/seed":     {"test/framework"},
+	"test/e2e":                {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed"},
 	"test/chart":              {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport"},
 	"test/imports":            {},
-	"hack/bench":              {"pkg/*", "test/framework", "test/framework/freeport"},
-	"hack/localup":            {"pkg/*", "test/framework", "test/framework/freeport"},
+	"hack/bench":              {"pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed"},
+	"hack/localup":            {"pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed"},
 }
 
 // TestImportGraph fails on any import of ours that the table does not allow:

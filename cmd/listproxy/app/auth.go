@@ -62,11 +62,12 @@ type AuthOptions struct {
 }
 
 func newAuthOptions() AuthOptions {
+	d := auth.DefaultConfig()
 	return AuthOptions{
 		Mode:          AuthenticationNone,
-		TokenCacheTTL: auth.DefaultTokenCacheTTL,
-		AllowTTL:      auth.DefaultAllowTTL,
-		DenyTTL:       auth.DefaultDenyTTL,
+		TokenCacheTTL: d.TokenCacheTTL,
+		AllowTTL:      d.AllowTTL,
+		DenyTTL:       d.DenyTTL,
 	}
 }
 

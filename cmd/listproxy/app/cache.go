@@ -61,46 +61,35 @@ type CacheOptions struct {
 	ServeWatches bool
 }
 
-// Defaults. The history window and read timeouts follow the apiserver's
-// watch cache (75s history doubled for pagination; 3s waits); none are
-// measured for listproxy yet.
+// newCacheOptions returns the defaults: pkg/lists' (lists.DefaultConfig)
+// and the command's own for its flags that are not lists.Config fields.
 func newCacheOptions() CacheOptions {
+	d := lists.DefaultConfig()
 	return CacheOptions{
-		Resources:               []string{"*"},
-		SnapshotHistory:         150 * time.Second,
-		SnapshotHistoryMaxBytes: 1 << 30,
-		SnapshotHistoryMaxRatio: 0.1,
-		IdleResourceTTL:         15 * time.Minute,
-		ListScanBudget:          100000,
-		DiscoveryInterval:       10 * time.Second,
-		NotOlderThanWait:        3 * time.Second,
-		EtcdPrefix:              freshness.DefaultRoot,
-		EtcdResourcePrefixes:    map[string]string{},
-		ConsistentReadTimeout:   3 * time.Second,
-		ConsistentReadFallback:  "apiserver",
-		// Watch health (not measured): a watch request unanswered for 3
-		// minutes is abandoned, and a watch silent for that long is
-		// checked with etcd; a store that etcd proves behind for 10s has
-		// its watch restarted.
-		WatchStallTimeout: snapshot.DefaultStallTimeout,
-		WatchLagTimeout:   10 * time.Second,
+		Resources:                []string{"*"},
+		SnapshotHistory:          d.History,
+		SnapshotHistoryMaxBytes:  d.HistoryMaxBytes,
+		SnapshotHistoryMaxRatio:  d.HistoryMaxRatio,
+		IdleResourceTTL:          d.IdleTTL,
+		LimitForRV0:              d.LimitForRV0,
+		ListScanBudget:           d.ScanBudget,
+		DiscoveryInterval:        d.DiscoveryInterval,
+		NotOlderThanWait:         d.NotOlderThanWait,
+		MaxInflightLists:         d.Inflight.MaxLists,
+		MaxInflightListBytes:     d.Inflight.MaxBytes,
+		ListQueueWait:            d.Inflight.QueueWait,
+		ListWriteTimeout:         d.Inflight.WriteTimeout,
+		ConsistencyCheckInterval: d.ConsistencyCheck.Interval,
+		EtcdPrefix:               freshness.DefaultRoot,
+		EtcdResourcePrefixes:     map[string]string{},
+		ConsistentReadTimeout:    d.ConsistentReadTimeout,
+		ConsistentReadFallback:   "apiserver",
+		WatchStallTimeout:        d.WatchStallTimeout,
+		WatchLagTimeout:          d.WatchLagTimeout,
 
 		// Watch serving passes the watch-list differential and informer
 		// e2e tests (TestWatchDifferential, TestWatchListInformers).
 		ServeWatches: true,
-
-		// Not measured: one metadata LIST of each cached resource every
-		// 10 minutes is a small fraction of what listproxy saves.
-		ConsistencyCheckInterval: 10 * time.Minute,
-
-		// In-flight LIST bounds (not measured): the apiserver's
-		// --max-requests-inflight for reads; 2 GiB of responses, so that
-		// three full lists of 150k pods (~600 MB of JSON each) are written
-		// at once and a larger one alone; its 60s request timeout.
-		MaxInflightLists:     400,
-		MaxInflightListBytes: 2 << 30,
-		ListQueueWait:        5 * time.Second,
-		ListWriteTimeout:     60 * time.Second,
 	}
 }
 
@@ -257,7 +246,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 	if err != nil {
 		return nil, nil, err
 	}
-	lcfg := lists.ListsConfig{
+	lcfg := lists.Config{
 		Upstream:              cfg.Upstream,
 		Resources:             lists.ResourceFilter(o.Resources),
 		Keys:                  keys,
@@ -317,8 +306,10 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 	if err != nil {
 		return nil, nil, err
 	}
-	lcfg.ConsistencyCheck = consistency.Config{Interval: o.ConsistencyCheckInterval, Metrics: consistencyMetrics}
-	l, err := lists.NewLists(lcfg)
+	lcfg.ConsistencyCheck = consistency.DefaultConfig()
+	lcfg.ConsistencyCheck.Interval = o.ConsistencyCheckInterval
+	lcfg.ConsistencyCheck.Metrics = consistencyMetrics
+	l, err := lists.New(lcfg)
 	if err != nil {
 		return nil, nil, err
 	}

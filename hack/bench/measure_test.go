@@ -1,0 +1,66 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/listproxy/listproxy/test/framework"
+)
+
+func TestHistogramQuantile(t *testing.T) {
+	parse := func(text string) framework.Metrics {
+		t.Helper()
+		m, err := framework.ParseMetrics(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	const header = "# TYPE wait_seconds histogram\n"
+	before := parse(header + `wait_seconds_bucket{outcome="served",le="1"} 10
+wait_seconds_bucket{outcome="served",le="2"} 10
+wait_seconds_bucket{outcome="served",le="+Inf"} 10
+wait_seconds_sum{outcome="served"} 5
+wait_seconds_count{outcome="served"} 10
+wait_seconds_bucket{outcome="timeout",le="1"} 0
+wait_seconds_bucket{outcome="timeout",le="2"} 0
+wait_seconds_bucket{outcome="timeout",le="+Inf"} 7
+wait_seconds_sum{outcome="timeout"} 30
+wait_seconds_count{outcome="timeout"} 7
+`)
+	// Between the scrapes: 50 served reads in (0, 1], 50 in (1, 2].
+	after := parse(header + `wait_seconds_bucket{outcome="served",le="1"} 60
+wait_seconds_bucket{outcome="served",le="2"} 110
+wait_seconds_bucket{outcome="served",le="+Inf"} 110
+wait_seconds_sum{outcome="served"} 80
+wait_seconds_count{outcome="served"} 110
+wait_seconds_bucket{outcome="timeout",le="1"} 0
+wait_seconds_bucket{outcome="timeout",le="2"} 0
+wait_seconds_bucket{outcome="timeout",le="+Inf"} 9
+wait_seconds_sum{outcome="timeout"} 40
+wait_seconds_count{outcome="timeout"} 9
+`)
+	tests := []struct {
+		name      string
+		q         float64
+		match     []string
+		want      float64
+		wantCount float64
+	}{
+		{name: "median_served", q: 0.5, match: []string{`outcome="served"`}, want: 1, wantCount: 100},
+		{name: "p75_served", q: 0.75, match: []string{`outcome="served"`}, want: 1.5, wantCount: 100},
+		{name: "p99_all", q: 0.99, want: 2, wantCount: 102},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, count := histogramQuantile(before, after, "wait_seconds", tc.q, tc.match...)
+			if math.Abs(got-tc.want) > 1e-9 || count != tc.wantCount {
+				t.Errorf("histogramQuantile(%v, %q) = %v, %v; want %v, %v", tc.q, tc.match, got, count, tc.want, tc.wantCount)
+			}
+		})
+	}
+	if got, count := histogramQuantile(before, before, "wait_seconds", 0.5); !math.IsNaN(got) || count != 0 {
+		t.Errorf("quantile of no observations = %v, %v; want NaN, 0", got, count)
+	}
+}
