@@ -128,8 +128,8 @@ func TestStalledWatchIsReestablished(t *testing.T) {
 				// its stall timer can find the watch broken.
 				stalled := append(slices.Clone(podsSeries), `reason="stalled"`)
 				err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-					after := scrapeMetrics(t, p.lp.URL+"/metrics")
-					return after.sum("listproxy_snapshot_watch_restarts_total", stalled...) > before[i].sum("listproxy_snapshot_watch_restarts_total", stalled...), nil
+					after := framework.Scrape(t, nil, p.lp.URL+"/metrics")
+					return after.Sum("listproxy_snapshot_watch_restarts_total", stalled...) > before[i].Sum("listproxy_snapshot_watch_restarts_total", stalled...), nil
 				})
 				if err != nil {
 					t.Fatalf("the silent, frozen watch was not restarted as stalled: %v", err)
