@@ -128,13 +128,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		if !ok {
 			return pass(ReasonNotSynced)
 		}
-		l.applyCompaction(entry.store)
-		snap, err := entry.store.At(token.RV)
-		if errors.Is(err, snapshot.ErrNotRetained) && token.RV > entry.store.Progress() {
-			// Another replica issued the token at a revision this one has not
-			// seen: the state there is the state at the last change before it.
-			snap, err = entry.prover.At(ctx, token.RV)
-		}
+		// A token from another replica may be at a revision this one has
+		// not seen.
+		snap, err := l.stateAt(ctx, entry, token.RV)
 		if errors.Is(err, snapshot.ErrCompacted) || errors.Is(err, snapshot.ErrNotRetained) && l.compacted(ctx, token.RV) {
 			// etcd no longer has this revision: the apiserver's 410, with a
 			// token that continues from the same key at the latest RV.
@@ -205,14 +201,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		if !ok {
 			return pass(ReasonNotSynced)
 		}
-		l.applyCompaction(entry.store)
-		snap, err := entry.store.At(d.RV)
-		if errors.Is(err, snapshot.ErrNotRetained) && d.RV > entry.store.Progress() {
-			// Newer than the store has seen (a reflector relisting at an
-			// RV from its watch through the apiserver): etcd says which
-			// change was the last at or before it.
-			snap, err = entry.prover.At(ctx, d.RV)
-		}
+		// May be newer than the store has seen (a reflector relisting at an
+		// RV from its watch through the apiserver).
+		snap, err := l.stateAt(ctx, entry, d.RV)
 		if errors.Is(err, snapshot.ErrCompacted) {
 			// As the apiserver, whose read of a compacted revision from
 			// etcd fails.
@@ -224,6 +215,19 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		return serve(entry, snap, d.RV)
 	}
 	return pass(Reason(d.Reason))
+}
+
+// stateAt returns the snapshot holding the state at rv: a retained one, or,
+// for an rv newer than the store has seen, the state at the last change
+// before it as etcd proves (Prover.At). Compaction known to the Checker is
+// applied first, so a compacted rv yields snapshot.ErrCompacted.
+func (l *Lists) stateAt(ctx context.Context, entry *storeEntry, rv uint64) (*snapshot.Snapshot, error) {
+	l.applyCompaction(entry.store)
+	snap, err := entry.store.At(rv)
+	if errors.Is(err, snapshot.ErrNotRetained) && rv > entry.store.Progress() {
+		snap, err = entry.prover.At(ctx, rv)
+	}
+	return snap, err
 }
 
 // syncedStore returns the request's store, starting it on first demand,

@@ -286,18 +286,9 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		if h.lists != nil && r.Method == http.MethodGet {
 			h.lists.TranslateContinue(r)
 		}
-	} else {
-		rec.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
-		if h.lists.ServeList(rec, r) {
-			source = httpapi.SourceSnapshot
-			return
-		}
-		rec.Header().Del(httpapi.HeaderServedFrom)
-		if rec.wroteHeader() {
-			klog.ErrorS(nil, "ListServer wrote a response but returned false; not passing through", "path", r.URL.Path)
-			source = httpapi.SourceSnapshot
-			return
-		}
+	} else if offerToSnapshots(rec, r, "ListServer", h.lists.ServeList) {
+		source = httpapi.SourceSnapshot
+		return
 	}
 
 	if kind.longRunning {
@@ -315,20 +306,29 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		defer stopAfter()
 		r = r.WithContext(ctx)
 	}
-	if cacheableWatch {
-		rec.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
-		if h.watches.ServeWatch(rec, r) {
-			source = httpapi.SourceSnapshot
-			return
-		}
-		rec.Header().Del(httpapi.HeaderServedFrom)
-		if rec.wroteHeader() {
-			klog.ErrorS(nil, "WatchServer wrote a response but returned false; not passing through", "path", r.URL.Path)
-			source = httpapi.SourceSnapshot
-			return
-		}
+	if cacheableWatch && offerToSnapshots(rec, r, "WatchServer", h.watches.ServeWatch) {
+		source = httpapi.SourceSnapshot
+		return
 	}
 	h.pass.ServeHTTP(rec, r)
+}
+
+// offerToSnapshots offers r to a snapshot server's serve (named server in
+// logs) and reports whether it was answered. The response is labelled as
+// served from a snapshot while serve runs; a server that declines must
+// not have written anything, and one that wrote and still declined is
+// logged and counted as answered, never passed through on top.
+func offerToSnapshots(rec *responseRecorder, r *http.Request, server string, serve func(http.ResponseWriter, *http.Request) bool) bool {
+	rec.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+	if serve(rec, r) {
+		return true
+	}
+	rec.Header().Del(httpapi.HeaderServedFrom)
+	if rec.wroteHeader() {
+		klog.ErrorS(nil, server+" wrote a response but returned false; not passing through", "path", r.URL.Path)
+		return true
+	}
+	return false
 }
 
 // Verbs used as the "verb" metric label.
