@@ -2,12 +2,16 @@ package lists
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/listproxy/listproxy/pkg/freshness"
+	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -25,6 +29,15 @@ type WatchTarget struct {
 	Match func(*snapshot.Entry) bool
 	// Consistent proves a consistent read with etcd; nil without etcd.
 	Consistent func(ctx context.Context) (*snapshot.Snapshot, uint64, bool)
+	// NotOlderThan finds the snapshot of a watch-list from resourceVersion
+	// rv, as a NotOlderThan LIST does (freshness.Prover.NotOlderThan):
+	// tooLarge is the apiserver's 504 Status when etcd itself had not
+	// reached rv in time; a nil snapshot without it passes through.
+	NotOlderThan func(ctx context.Context, rv uint64, wait time.Duration) (snap *snapshot.Snapshot, at uint64, tooLarge *metav1.Status)
+	// Holds proves with etcd that the store holds every change up to rv
+	// (freshness.Prover.At); false without etcd or when it cannot be
+	// proven in time.
+	Holds func(ctx context.Context, rv uint64) bool
 	// Release ends the watch's hold on the store.
 	Release func()
 }
@@ -64,6 +77,23 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 	if req.selectors {
 		labelSel, fieldSel := req.labelSel, req.fieldSel
 		t.Match = func(e *snapshot.Entry) bool { return labelSel.Matches(e.Labels) && fieldSel.Matches(e.Fields) }
+	}
+	t.NotOlderThan = func(ctx context.Context, rv uint64, wait time.Duration) (*snapshot.Snapshot, uint64, *metav1.Status) {
+		snap, at, err := entry.prover.NotOlderThan(ctx, rv, wait)
+		var tooLarge *freshness.TooLargeError
+		if errors.As(err, &tooLarge) {
+			status := paging.TooLargeResourceVersionError(tooLarge.RV, tooLarge.Current).ErrStatus
+			return nil, 0, &status
+		}
+		return snap, at, nil
+	}
+	t.Holds = func(ctx context.Context, rv uint64) bool {
+		if rv <= entry.store.Progress() {
+			return true
+		}
+		l.applyCompaction(entry.store)
+		_, err := entry.prover.At(ctx, rv)
+		return err == nil
 	}
 	if l.cfg.Freshness != nil {
 		// Proven exactly as a consistent LIST (freshness.Prover).

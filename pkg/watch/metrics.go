@@ -24,6 +24,10 @@ const (
 	EndStoreReset = "store_reset"
 	// EndShutdown: listproxy is shutting down.
 	EndShutdown = "shutdown"
+	// EndError: the watch was answered with one ERROR event, as the
+	// apiserver answers a watch-list from a resourceVersion etcd has not
+	// reached ("Too large resource version").
+	EndError = "error"
 )
 
 // Metrics are the watch server's metrics. A nil *Metrics records nothing.
@@ -52,7 +56,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		bytes:  counter("sent_bytes_total", "Bytes of watch events sent."),
 		initialBytes: counter("initial_bytes_total",
 			"Bytes of the initial events and their end bookmark sent to watch-lists."),
-		endedTotal: counter("ended_total", "Served watches that ended, by reason (timeout, client_gone, too_slow, store_reset, shutdown).", "reason"),
+		endedTotal: counter("ended_total", "Served watches that ended, by reason (timeout, client_gone, too_slow, store_reset, shutdown, error).", "reason"),
 		passThrough: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "watch", Name: "passed_through_total",
 			Help: "Watches passed through to the apiserver, by why listproxy did not serve them."}, []string{"resource", "reason"}),
 		fanoutSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "listproxy", Subsystem: "watch", Name: "fanout_delay_seconds",

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -81,6 +82,20 @@ type Target struct {
 	// change up to the returned resourceVersion. ok false passes the watch
 	// through. Required for InitialConsistent.
 	Consistent func(ctx context.Context) (snap *snapshot.Snapshot, rv uint64, ok bool)
+	// NotOlderThan finds the snapshot of a watch-list from resourceVersion
+	// rv, waiting at most wait: a snapshot to serve at resourceVersion at
+	// (>= rv), proven with etcd where it can be. tooLarge is the
+	// apiserver's 504 "Too large resource version" Status when etcd itself
+	// had not reached rv in time; it is sent as the watch's one ERROR
+	// event. A nil snapshot without it passes the watch through. Nil: the
+	// store alone is waited for, and passes through on timeout.
+	NotOlderThan func(ctx context.Context, rv uint64, wait time.Duration) (snap *snapshot.Snapshot, at uint64, tooLarge *metav1.Status)
+	// Holds proves that the store holds every change up to rv, an rv past
+	// the store's progress (the resourceVersion of a consistent
+	// watch-list's bookmark, which etcd proved): a watch from rv is then
+	// served from the store's feed. Nil, or false, passes such a watch
+	// through.
+	Holds func(ctx context.Context, rv uint64) bool
 }
 
 // Server serves watches from snapshot stores.
@@ -145,6 +160,18 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 			return false, "not_synced"
 		}
 	case InitialNotOlderThan:
+		if t.NotOlderThan != nil {
+			var tooLarge *metav1.Status
+			snap, rv, tooLarge = t.NotOlderThan(ctx, d.RV, s.cfg.NotOlderThanWait)
+			if tooLarge != nil {
+				s.serveError(w, d, t, tooLarge)
+				return true, d.Reason
+			}
+			if snap == nil {
+				return false, "not_older_than_timeout"
+			}
+			break
+		}
 		wctx, cancel := context.WithTimeout(ctx, s.cfg.NotOlderThanWait)
 		snap, rv, err = t.Store.WaitFor(wctx, d.RV)
 		cancel()
@@ -152,9 +179,14 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 			return false, "not_older_than_timeout"
 		}
 	case From:
-		// The store must have seen every change up to d.RV; a later RV
-		// (from another replica or the apiserver) is the apiserver's.
-		if !t.Store.Synced() || d.RV > t.Store.Progress() {
+		// The store must have seen every change up to d.RV: a later RV
+		// (a consistent watch-list's bookmark, another replica's) is
+		// served once etcd proves that the store holds every change up
+		// to it, else it is the apiserver's.
+		if !t.Store.Synced() {
+			return false, "resource_version_ahead"
+		}
+		if d.RV > t.Store.Progress() && (t.Holds == nil || !t.Holds(ctx, d.RV)) {
 			return false, "resource_version_ahead"
 		}
 		rv = d.RV
@@ -196,6 +228,35 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	wr.close(reason == EndTooSlow || wr.err != nil)
 	m.ended(labels, reason)
 	return true, d.Reason
+}
+
+// serveError answers a watch with one ERROR event carrying status, as the
+// apiserver answers a watch it accepted but cannot start (HTTP 200, the
+// event, the end of the stream).
+func (s *Server) serveError(w http.ResponseWriter, d Decision, t Target, status *metav1.Status) {
+	labels := []string{t.Resource, t.Format.String()}
+	m := s.cfg.Metrics
+	m.started(labels, d.Reason)
+	defer m.stopped(labels)
+	wr := newWriter(w, t.Format, t.Type, s.cfg.WriteTimeout, s.cfg.Clock)
+	buf, err := wire.AppendErrorEvent(nil, t.Format, status)
+	if err != nil {
+		klog.ErrorS(err, "Cannot encode a watch error", "resource", t.Resource)
+	}
+	h := w.Header()
+	h.Set("Content-Type", t.Format.WatchContentType())
+	h.Set("Cache-Control", "no-cache, private")
+	h.Set("Transfer-Encoding", "chunked")
+	w.WriteHeader(http.StatusOK)
+	wr.buf = buf
+	reason := EndError
+	if err := wr.flush(); err != nil {
+		reason = EndClientGone
+	}
+	m.event(labels, wire.Error)
+	m.sent(labels, len(buf))
+	wr.close(wr.err != nil)
+	m.ended(labels, reason)
 }
 
 // watcher is one served watch.

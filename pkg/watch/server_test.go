@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -45,7 +46,7 @@ func serve(t *testing.T, store *snapshot.Store, m *Metrics) *httptest.Server {
 	return serveWith(t, store, Config{Metrics: m, NotOlderThanWait: 100 * time.Millisecond})
 }
 
-func serveWith(t *testing.T, store *snapshot.Store, cfg Config) *httptest.Server {
+func serveWith(t *testing.T, store *snapshot.Store, cfg Config, adjust ...func(*Target)) *httptest.Server {
 	t.Helper()
 	srv := NewServer(cfg)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,6 +58,9 @@ func serveWith(t *testing.T, store *snapshot.Store, cfg Config) *httptest.Server
 		}
 		target := Target{Resource: "widgets.demo.listproxy.io", Format: wire.JSON, Type: widgetType, Store: store,
 			Match: func(e *snapshot.Entry) bool { return sel.Matches(e.Labels) }}
+		for _, f := range adjust {
+			f(&target)
+		}
 		if ok, reason := srv.Serve(w, r, d, target); !ok {
 			http.Error(w, reason, http.StatusTeapot)
 		}
@@ -295,5 +299,104 @@ func TestWatchListAllocatesOneBurstBuffer(t *testing.T) {
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(w.n/4) {
 		t.Errorf("serving a %d-byte watch-list allocated %d bytes, want under a quarter of it", w.n, alloc)
+	}
+}
+
+// TestServeTooLargeResourceVersion: a watch-list from a resourceVersion
+// etcd has not reached is answered as the apiserver answers it: HTTP 200,
+// one ERROR event carrying the 504 Status, the end of the stream.
+func TestServeTooLargeResourceVersion(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
+	status := &metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGatewayTimeout, Reason: metav1.StatusReasonTimeout,
+		Message: "Too large resource version: 99, current: 10"}
+	var asked uint64
+	ts := serveWith(t, store, Config{Metrics: m, NotOlderThanWait: time.Second}, func(target *Target) {
+		target.NotOlderThan = func(_ context.Context, rv uint64, wait time.Duration) (*snapshot.Snapshot, uint64, *metav1.Status) {
+			if wait != time.Second {
+				t.Errorf("NotOlderThan wait %v, want the configured 1s", wait)
+			}
+			asked = rv
+			if rv > 10 {
+				return nil, 0, status
+			}
+			snap, at, _ := store.Latest()
+			return snap, at, nil
+		}
+	})
+	d := open(t, ts.URL+"?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=99&allowWatchBookmarks=true")
+	defer d.Close()
+	ev, err := d.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.Type != wire.Error {
+		t.Fatalf("got %s %s, want ERROR", ev.Type, ev.Object)
+	}
+	st, err := wire.DecodeStatus(wire.JSON, ev.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *status
+	want.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	if diff := cmp.Diff(&want, st); diff != "" {
+		t.Errorf("status (-want +got):\n%s", diff)
+	}
+	if ev, err := d.Next(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the ERROR event: %v %v, want EOF", ev.Type, err)
+	}
+	if asked != 99 {
+		t.Errorf("NotOlderThan asked for %d, want 99", asked)
+	}
+	if err := waitEnded(m, EndError, 1); err != nil {
+		t.Error(err)
+	}
+
+	// A resourceVersion the store reached is served as before.
+	d2 := open(t, ts.URL+"?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=7&allowWatchBookmarks=true")
+	defer d2.Close()
+	if diff := cmp.Diff([]got{{wire.Added, "w1", "5", false}, {wire.Bookmark, "", "10", true}}, next(t, d2, 2)); diff != "" {
+		t.Errorf("watch-list from 7 (-want +got):\n%s", diff)
+	}
+}
+
+// TestServeFromProvenResourceVersion: a watch from a resourceVersion past
+// the store's progress (a consistent watch-list's bookmark) is served from
+// the feed once Holds proves the store holds every change up to it, and
+// passes through otherwise.
+func TestServeFromProvenResourceVersion(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
+	var proven []uint64
+	ts := serveWith(t, store, Config{}, func(target *Target) {
+		target.Holds = func(_ context.Context, rv uint64) bool {
+			proven = append(proven, rv)
+			return rv <= 20
+		}
+	})
+	resp, err := http.Get(ts.URL + "?watch=1&resourceVersion=21")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTeapot || string(b) != "resource_version_ahead\n" {
+		t.Errorf("watch from an unproven rv: %d %q, want pass through", resp.StatusCode, b)
+	}
+	d := open(t, ts.URL+"?watch=1&resourceVersion=20")
+	defer d.Close()
+	// Changes at or before the proven rv cannot exist; the next one is
+	// after it.
+	store.Apply(snapshot.Change{Entry: widget("w2", 25, "a")}, 25)
+	if diff := cmp.Diff([]got{{wire.Added, "w2", "25", false}}, next(t, d, 1)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]uint64{21, 20}, proven); diff != "" {
+		t.Errorf("Holds asked (-want +got):\n%s", diff)
 	}
 }

@@ -81,6 +81,37 @@ func AppendWatchEvent(dst []byte, f Format, t EventType, typ ObjectType, item []
 	return dst
 }
 
+// statusType is the type of an ERROR event's object: metav1.Status is
+// unversioned and always encoded as v1 Status, whatever the watched type
+// and format.
+var statusType = ObjectType{GVK: schema.GroupVersionKind{Version: "v1", Kind: "Status"}}
+
+// AppendErrorEvent appends one ERROR watch event carrying status in format
+// f, as the apiserver sends a watch error (the cacher's errWatcher): the
+// Status as v1 Status in JSON, or wrapped in the protobuf envelope, in every
+// format (PartialObjectMetadata watches included).
+func AppendErrorEvent(dst []byte, f Format, status *metav1.Status) ([]byte, error) {
+	st := *status
+	st.TypeMeta = metav1.TypeMeta{}
+	var item []byte
+	var err error
+	switch f {
+	case JSON, MetaJSON:
+		// kind and apiVersion are prepended, as for built-in objects.
+		item, err = json.Marshal(&st)
+		f = JSON
+	case Protobuf, MetaProtobuf:
+		item, err = st.Marshal()
+		f = Protobuf
+	default:
+		return dst, unsupported("format %v", f)
+	}
+	if err != nil {
+		return dst, fmt.Errorf("encode status: %w", err)
+	}
+	return AppendWatchEvent(dst, f, Error, statusType, item), nil
+}
+
 // initialEventsEndValue is the value of the initial-events-end annotation.
 const initialEventsEndValue = "true"
 

@@ -159,3 +159,40 @@ func reencodeWithRV(t *testing.T, f Format, file string, item []byte, rv string)
 	}
 	return out
 }
+
+// TestAppendErrorEvent: an ERROR event carries a v1 Status in every format,
+// as the apiserver's errWatcher sends it.
+func TestAppendErrorEvent(t *testing.T) {
+	status := &metav1.Status{
+		Status: metav1.StatusFailure, Code: 504, Reason: metav1.StatusReasonTimeout,
+		Message: "Too large resource version: 99, current: 10",
+		Details: &metav1.StatusDetails{RetryAfterSeconds: 1, Causes: []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}},
+	}
+	wantJSON := `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Too large resource version: 99, current: 10","reason":"Timeout","details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}}` + "\n"
+	for _, f := range Formats {
+		t.Run(f.String(), func(t *testing.T) {
+			b, err := AppendErrorEvent(nil, f, status)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !f.IsProtobuf() && string(b) != wantJSON {
+				t.Errorf("got  %s\nwant %s", b, wantJSON)
+			}
+			d := NewWatchDecoder(f, io.NopCloser(bytes.NewReader(b)), WatchOptions{})
+			ev, err := d.Next()
+			if err != nil || ev.Type != Error {
+				t.Fatalf("decode: %v %v", ev.Type, err)
+			}
+			got, err := DecodeStatus(f, ev.Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Message != status.Message || got.Code != 504 || got.Details.Causes[0].Type != metav1.CauseTypeResourceVersionTooLarge {
+				t.Errorf("decoded %+v", got)
+			}
+			if f.IsProtobuf() && !bytes.Contains(b, []byte("\x12\x02v1\x1a\x06Status")) && !bytes.Contains(b, []byte("\n\x02v1\x12\x06Status")) {
+				t.Errorf("protobuf envelope is not v1 Status: %q", b)
+			}
+		})
+	}
+}
