@@ -43,10 +43,14 @@ type WatchTarget struct {
 }
 
 // CacheableWatch reports, without side effects, whether r is a watch of a
-// known resource in a representation and with selectors a store serves.
-func (l *Lists) CacheableWatch(r *http.Request, labelSelector, fieldSelector string) bool {
-	_, _, ok := l.parseWatch(r, labelSelector, fieldSelector)
-	return ok
+// known resource in a representation and with selectors a store serves;
+// when not, reason says why and resource names the resource when known.
+func (l *Lists) CacheableWatch(r *http.Request, labelSelector, fieldSelector string) (resource, reason string, ok bool) {
+	req, reason, ok := l.parseWatch(r, labelSelector, fieldSelector)
+	if req.info != nil {
+		resource = req.info.GVR.GroupResource().String()
+	}
+	return resource, reason, ok
 }
 
 // ResolveWatch returns the synced store and scope of the watch r, starting
@@ -55,7 +59,11 @@ func (l *Lists) CacheableWatch(r *http.Request, labelSelector, fieldSelector str
 func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector string) (WatchTarget, string, bool) {
 	req, reason, ok := l.parseWatch(r, labelSelector, fieldSelector)
 	if !ok {
-		return WatchTarget{}, reason, false
+		t := WatchTarget{}
+		if req.info != nil {
+			t.Resource = req.info.GVR.GroupResource().String()
+		}
+		return t, reason, false
 	}
 	resource := req.info.GVR.GroupResource().String()
 	entry, ok := l.storeFor(req.info, req.format)
@@ -120,19 +128,19 @@ func (l *Lists) parseWatch(r *http.Request, labelSelector, fieldSelector string)
 		return listRequest{}, string(ReasonResource), false
 	}
 	if col.Namespace != "" && !info.Namespaced {
-		return listRequest{}, string(ReasonPath), false
+		return listRequest{info: info}, string(ReasonPath), false
 	}
 	format, ok := negotiateWatchFormat(r, info.Custom)
 	if !ok {
-		return listRequest{}, string(ReasonMediaType), false
+		return listRequest{info: info}, string(ReasonMediaType), false
 	}
 	labelSel, err := labels.Parse(labelSelector)
 	if err != nil {
-		return listRequest{}, string(ReasonSelector), false
+		return listRequest{info: info}, string(ReasonSelector), false
 	}
 	fieldSel, err := fields.ParseSelector(fieldSelector)
 	if err != nil || !info.Fields.accepts(fieldSel, format.IsMeta()) {
-		return listRequest{}, string(ReasonSelector), false
+		return listRequest{info: info}, string(ReasonSelector), false
 	}
 	return listRequest{
 		col: col, info: info, format: format,

@@ -299,3 +299,74 @@ func TestContinueTokenNeverReachesAPIServerRaw(t *testing.T) {
 		})
 	}
 }
+
+// recordingWatches declines every watch and records the reasons the edge
+// gives for watches it passes through without offering them.
+type recordingWatches struct {
+	mu      sync.Mutex
+	offered int
+	reasons []string
+}
+
+func (w *recordingWatches) ServeWatch(http.ResponseWriter, *http.Request) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.offered++
+	return false
+}
+
+func (*recordingWatches) Cacheable(r *http.Request) bool {
+	return strings.HasSuffix(r.URL.Path, "/pods")
+}
+
+func (w *recordingWatches) PassedThrough(_ *http.Request, reason string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.reasons = append(w.reasons, reason)
+}
+
+// TestAuthWatchPassThroughCounted: in service mode every watch the edge
+// passes through before offering it to the watch server is reported to it
+// with why, so that listproxy_watch_passed_through_total counts it.
+func TestAuthWatchPassThroughCounted(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"type":"ADDED"}`+"\n")
+	}))
+	defer up.Close()
+	watches := &recordingWatches{}
+	p := startProxy(t, &rest.Config{Host: up.URL, BearerToken: upstreamToken}, Config{
+		Watches: watches,
+		Auth:    &auth.Config{Authenticator: fakeAuthenticator{}, Authorizer: &fakeAuthorizer{}},
+	})
+	alice := http.Header{"Authorization": {"Bearer alice-token"}}
+	impersonating := http.Header{"Authorization": {"Bearer alice-token"}, "Impersonate-User": {"bob"}}
+	tests := []struct {
+		name, path string
+		header     http.Header
+		want       []string
+		offered    int
+	}{
+		{name: "not_cacheable", path: "/api/v1/namespaces/a/configmaps?watch=1", header: alice, want: []string{""}},
+		{name: "impersonation", path: "/api/v1/namespaces/a/pods?watch=1", header: impersonating, want: []string{WatchPassImpersonation}},
+		{name: "review_failed", path: "/api/v1/namespaces/broken/pods?watch=1", header: alice, want: []string{WatchPassAuthorization}},
+		{name: "list_not_counted", path: "/api/v1/namespaces/a/configmaps", header: alice},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			watches.mu.Lock()
+			watches.reasons, watches.offered = nil, 0
+			watches.mu.Unlock()
+			if resp, _ := p.get(t, tc.path, tc.header); resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d, want the apiserver's 200", resp.StatusCode)
+			}
+			watches.mu.Lock()
+			defer watches.mu.Unlock()
+			if diff := cmp.Diff(tc.want, watches.reasons); diff != "" {
+				t.Errorf("reasons (-want +got):\n%s", diff)
+			}
+			if watches.offered != tc.offered {
+				t.Errorf("offered %d watches, want %d", watches.offered, tc.offered)
+			}
+		})
+	}
+}

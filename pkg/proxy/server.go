@@ -262,14 +262,21 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 			source = httpapi.SourceListproxy
 			return
 		}
+		// Every watch passed through here is counted with why.
+		passWatch := func(reason string) {
+			if cacheableWatch {
+				h.watches.PassedThrough(r, reason)
+			}
+			cacheable, cacheableWatch = false, false
+		}
 		switch {
 		case !cacheable && !cacheableWatch:
 		case auth.HasImpersonation(r.Header):
 			// Only the apiserver can check the caller's right to
 			// impersonate; never answer such a request from a snapshot.
-			cacheable, cacheableWatch = false, false
+			passWatch(WatchPassImpersonation)
 		case cacheable && !h.lists.Cacheable(r), cacheableWatch && !h.watches.Cacheable(r):
-			cacheable, cacheableWatch = false, false
+			passWatch("")
 		default:
 			// The caller's verb (list or watch) is authorized.
 			switch h.auth.AuthorizeRead(rec, r) {
@@ -277,7 +284,7 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 				source = httpapi.SourceListproxy
 				return
 			case auth.PassThrough:
-				cacheable, cacheableWatch = false, false
+				passWatch(WatchPassAuthorization)
 			}
 		}
 	}

@@ -353,6 +353,8 @@ func (fakeWatches) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
 
 func (fakeWatches) Cacheable(r *http.Request) bool { return r.URL.Path == "/api/v1/pods" }
 
+func (fakeWatches) PassedThrough(*http.Request, string) {}
+
 func TestWatchServerHook(t *testing.T) {
 	var upstreamHits atomic.Int32
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

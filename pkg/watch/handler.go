@@ -9,8 +9,9 @@ import (
 type Stores interface {
 	// Cacheable reports, without side effects, whether r (with its
 	// selectors) is a watch of a resource, in a representation and with
-	// selectors that a store could serve.
-	Cacheable(r *http.Request, labelSelector, fieldSelector string) bool
+	// selectors that a store could serve; when not, reason says why and
+	// resource names the resource when known.
+	Cacheable(r *http.Request, labelSelector, fieldSelector string) (resource, reason string, ok bool)
 	// Resolve returns the synced store and scope of r, starting the store
 	// on first demand, and a release function the caller calls when the
 	// watch ends (a store with watchers is never idle). ok false passes the
@@ -35,7 +36,25 @@ func NewHandler(srv *Server, stores Stores) *Handler {
 // could serve (in service mode, only those are authorized by listproxy).
 func (h *Handler) Cacheable(r *http.Request) bool {
 	d := Decide(r.URL.RawQuery)
-	return d.Action != PassThrough && h.stores.Cacheable(r, d.LabelSelector, d.FieldSelector)
+	if d.Action == PassThrough {
+		return false
+	}
+	_, _, ok := h.stores.Cacheable(r, d.LabelSelector, d.FieldSelector)
+	return ok
+}
+
+// PassedThrough counts the watch r that the edge passes through without
+// offering it, for reason; "" names the reason Cacheable had.
+func (h *Handler) PassedThrough(r *http.Request, reason string) {
+	resource := ""
+	if reason == "" {
+		d := Decide(r.URL.RawQuery)
+		reason = d.Reason
+		if d.Action != PassThrough {
+			resource, reason, _ = h.stores.Cacheable(r, d.LabelSelector, d.FieldSelector)
+		}
+	}
+	h.srv.PassedThrough(resource, reason)
 }
 
 // ServeWatch serves r from a snapshot store, or returns false having

@@ -567,6 +567,17 @@ func TestWatchServiceMode(t *testing.T) {
 	warmUp(ctx, t, newRawClient(t, alice), []target{{path: podsInA}})
 
 	authSameRefusal(t, lp.UserConfig(framework.UserBob), cp.UserConfig(framework.UserBob), podsInA+"?watch=1&timeoutSeconds=1", http.StatusForbidden)
+	// A watch listproxy does not cache passes through before any review,
+	// and is counted with why.
+	authSameRefusal(t, alice, cp.UserConfig(framework.UserAlice), "/api/v1/namespaces/"+ns+"/configmaps?watch=1&timeoutSeconds=1", http.StatusForbidden)
+	adminClient, err := rest.HTTPClientFor(lp.UserConfig(framework.UserAdmin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := framework.Scrape(t, adminClient, lp.URL+"/metrics")
+	if got := m.Sum("listproxy_watch_passed_through_total", `reason="resource"`); got != 1 {
+		t.Errorf("listproxy_watch_passed_through_total{reason=resource} = %v, want 1 (the configmaps watch): %v", got, m["listproxy_watch_passed_through_total"])
+	}
 
 	r, hdr := openWatch(ctx, t, newRawClient(t, alice), podsInA, url.Values{"watch": {"1"}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"2"}}, wire.Protobuf)
 	if got := hdr.Get(httpapi.HeaderServedFrom); got != httpapi.SourceSnapshot {

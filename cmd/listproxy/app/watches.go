@@ -15,7 +15,7 @@ type watchStores struct {
 
 var _ watch.Stores = watchStores{}
 
-func (s watchStores) Cacheable(r *http.Request, labelSelector, fieldSelector string) bool {
+func (s watchStores) Cacheable(r *http.Request, labelSelector, fieldSelector string) (string, string, bool) {
 	return s.lists.CacheableWatch(r, labelSelector, fieldSelector)
 }
 
