@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,42 @@ type Event struct {
 	Prev *Entry
 	// At is when the store applied the change (its clock).
 	At time.Time
+	// Shared holds what readers derive from the event once for all of
+	// them (the watch server's encoded frame); nil in events the store
+	// did not apply itself.
+	Shared *Shared
+}
+
+// Shared is one value derived from an event, made by its first reader and
+// shared by every later reader asking for it under the same key. It lives
+// as long as the event stays in the store's history. Safe for concurrent
+// use.
+type Shared struct {
+	v atomic.Pointer[sharedValue]
+}
+
+type sharedValue struct {
+	key any
+	val []byte
+}
+
+// Load returns the value stored under key, making it with mk when none is
+// stored yet. A key other than the stored one gets mk's value, not stored.
+// Concurrent first readers may each make it; one value is kept.
+func (s *Shared) Load(key any, mk func() []byte) []byte {
+	if v := s.v.Load(); v != nil {
+		if v.key == key {
+			return v.val
+		}
+		return mk()
+	}
+	val := mk()
+	if !s.v.CompareAndSwap(nil, &sharedValue{key: key, val: val}) {
+		if v := s.v.Load(); v.key == key {
+			return v.val
+		}
+	}
+	return val
 }
 
 // feed is a store's bounded, in-order history of changes since its last

@@ -158,3 +158,35 @@ func TestSubscribeBeforeSync(t *testing.T) {
 		t.Errorf("Subscribe = %v, want ErrNotSynced", err)
 	}
 }
+
+// TestEventShared: a store's events carry one Shared value for all their
+// readers: made once per key, and not stored for another key.
+func TestEventShared(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	s.Replace(nil, 1)
+	s.Apply(Change{Entry: entry("ns", "a", 2, "n1")}, 2)
+	var evs [2][]Event
+	for i := range evs {
+		c, err := s.Subscribe(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if evs[i], err = c.Read(nil); err != nil || len(evs[i]) != 1 {
+			t.Fatalf("Read: %v %v", evs[i], err)
+		}
+	}
+	made := 0
+	mk := func(v string) func() []byte { return func() []byte { made++; return []byte(v) } }
+	if got := evs[0][0].Shared.Load("k", mk("first")); string(got) != "first" {
+		t.Errorf("first Load = %q", got)
+	}
+	if got := evs[1][0].Shared.Load("k", mk("second")); string(got) != "first" {
+		t.Errorf("second reader's Load = %q, want the first's value", got)
+	}
+	if got := evs[1][0].Shared.Load("other", mk("other")); string(got) != "other" {
+		t.Errorf("Load of another key = %q", got)
+	}
+	if got := evs[0][0].Shared.Load("k", mk("again")); string(got) != "first" || made != 2 {
+		t.Errorf("Load = %q after %d makes, want first after 2", got, made)
+	}
+}

@@ -442,7 +442,7 @@ func (s *Store) Apply(c Change, rv uint64) {
 	old := s.current.Load()
 	// Each snapshot also holds the tree nodes the change copied.
 	freed := int64(snapshotOverheadBytes)
-	ev := Event{Type: Added, RV: rv, Object: c.Entry, At: s.clock.Now()}
+	ev := Event{Type: Added, RV: rv, Object: c.Entry, At: s.clock.Now(), Shared: &Shared{}}
 	if c.Deleted {
 		ev.Type = Deleted
 		if prev, ok := s.deleteLocked(c.Entry.Key); ok {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,9 +38,9 @@ const (
 	deadlineBookmarkLead = 2 * time.Second
 	// burstBytes bounds the bytes gathered before a write.
 	burstBytes = 256 << 10
-	// keepBufBytes: a watcher keeps its buffer between bursts only up to
-	// this size, so that an idle watcher holds little memory.
-	keepBufBytes = 16 << 10
+	// poolBufBytes bounds the burst buffers returned to burstPool; a
+	// larger one (a burst of huge objects) is left to the collector.
+	poolBufBytes = 2 * burstBytes
 	// readBatch is how many changes a watcher takes from the feed at once.
 	readBatch = 64
 )
@@ -435,10 +436,25 @@ func (w *watcher) change(ev *snapshot.Event) {
 		w.lastRV = max(w.lastRV, ev.RV)
 		return
 	}
-	w.wr.event(typ, item)
+	if w.t.Match == nil && ev.Shared != nil {
+		// Without selectors every watcher of the store sends the same
+		// frame: it is encoded once, by the first.
+		w.wr.frame(ev.Shared.Load(frameKey{w.t.Format, w.t.Type, typ}, func() []byte {
+			return wire.AppendWatchEvent(nil, w.t.Format, typ, w.t.Type, item)
+		}))
+	} else {
+		w.wr.event(typ, item)
+	}
 	w.metrics.event(w.labels, typ)
 	w.metrics.fanout(w.labels, w.srv.cfg.Clock.Since(ev.At))
 	w.lastRV = max(w.lastRV, ev.RV)
+}
+
+// frameKey identifies an encoded frame of an event shared by watchers.
+type frameKey struct {
+	format wire.Format
+	typ    wire.ObjectType
+	event  wire.EventType
 }
 
 func (w *watcher) matches(e *snapshot.Entry) bool {
@@ -462,6 +478,20 @@ func (w *watcher) endReason(ctx context.Context, err error) string {
 	return EndClientGone
 }
 
+// burstPool holds the burst buffers of all watchers: a watcher borrows one
+// for a burst and returns it once written, so that an idle watcher holds
+// none and busy ones do not each grow and drop their own.
+var burstPool = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10); return &b }}
+
+func getBurst() []byte { return (*burstPool.Get().(*[]byte))[:0] }
+
+func putBurst(b []byte) {
+	if b != nil && cap(b) <= poolBufBytes {
+		b = b[:0]
+		burstPool.Put(&b)
+	}
+}
+
 // writer gathers a burst of frames and writes it with a deadline.
 type writer struct {
 	w       http.ResponseWriter
@@ -483,14 +513,26 @@ func newWriter(w http.ResponseWriter, f wire.Format, typ wire.ObjectType, timeou
 }
 
 func (w *writer) event(t wire.EventType, item []byte) {
+	if w.buf == nil {
+		w.buf = getBurst()
+	}
 	w.buf = wire.AppendWatchEvent(w.buf, w.format, t, w.typ, item)
 }
 
-// release stops keeping a large buffer between bursts; an empty one is
-// dropped at once.
+// frame queues an encoded frame.
+func (w *writer) frame(b []byte) {
+	if w.buf == nil {
+		w.buf = getBurst()
+	}
+	w.buf = append(w.buf, b...)
+}
+
+// release stops keeping the buffer between bursts; an empty one is
+// returned at once.
 func (w *writer) release() {
 	w.keep = false
-	if len(w.buf) == 0 && cap(w.buf) > keepBufBytes {
+	if len(w.buf) == 0 {
+		putBurst(w.buf)
 		w.buf = nil
 	}
 }
@@ -503,10 +545,11 @@ func (w *writer) flush() error {
 	if len(w.buf) > 0 {
 		_, err = w.w.Write(w.buf)
 	}
-	if cap(w.buf) > keepBufBytes && !w.keep {
-		w.buf = nil
-	} else {
+	if w.keep {
 		w.buf = w.buf[:0]
+	} else {
+		putBurst(w.buf)
+		w.buf = nil
 	}
 	if err == nil {
 		err = w.rc.Flush()

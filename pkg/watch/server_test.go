@@ -400,3 +400,48 @@ func TestServeFromProvenResourceVersion(t *testing.T) {
 		t.Errorf("Holds asked (-want +got):\n%s", diff)
 	}
 }
+
+// TestWatchersShareFrames: watchers of a store without selectors send the
+// same bytes, encoded once for all of them; a watcher with a selector
+// encodes its own.
+func TestWatchersShareFrames(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace(nil, 10)
+	ts := serveWith(t, store, Config{})
+	// serveWith's Match is a selector; drop it for watches without one.
+	plain := serveWith(t, store, Config{}, func(target *Target) { target.Match = nil })
+	a := open(t, plain.URL+"?watch=1&resourceVersion=10")
+	defer a.Close()
+	b := open(t, plain.URL+"?watch=1&resourceVersion=10")
+	defer b.Close()
+	sel := open(t, ts.URL+"?watch=1&resourceVersion=10&labelSelector=app%3Da")
+	defer sel.Close()
+	store.Apply(snapshot.Change{Entry: widget("w1", 11, "a")}, 11)
+	var objs []string
+	for _, d := range []*wire.WatchDecoder{a, b, sel} {
+		ev, err := d.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Type != wire.Added {
+			t.Fatalf("got %s", ev.Type)
+		}
+		objs = append(objs, string(ev.Object))
+	}
+	if objs[0] != objs[1] || objs[1] != objs[2] {
+		t.Errorf("watchers sent different objects: %q", objs)
+	}
+	c, err := store.Subscribe(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := c.Read(nil)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("Read: %v %v", evs, err)
+	}
+	frame := evs[0].Shared.Load(frameKey{wire.JSON, widgetType, wire.Added}, func() []byte { return nil })
+	want := wire.AppendWatchEvent(nil, wire.JSON, wire.Added, widgetType, evs[0].Object.Raw)
+	if string(frame) != string(want) {
+		t.Errorf("shared frame %q, want %q", frame, want)
+	}
+}
