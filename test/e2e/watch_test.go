@@ -601,7 +601,7 @@ func TestWatchServiceMode(t *testing.T) {
 	}
 }
 
-// TestWatchersAcrossAPIServerRestart: 20 client-go pod informers stream
+// TestWatchersAcrossAPIServerRestart: 50 client-go pod informers stream
 // from listproxy while the apiserver restarts; the store's own watch
 // resumes, and once writes stop every informer's store equals the
 // apiserver's list: no event lost or repeated.
@@ -624,8 +624,9 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 	protoCfg := rest.CopyConfig(lp.Config())
 	protoCfg.ContentType = runtime.ContentTypeProtobuf
 	protoCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	const watchers = 50
 	var infs []cache.SharedIndexInformer
-	for range 20 {
+	for range watchers {
 		f := informers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(protoCfg), 0, informers.WithNamespace(ns))
 		infs = append(infs, f.Core().V1().Pods().Informer())
 		f.Start(ctx.Done())
@@ -670,8 +671,8 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 	}
 	m := framework.Scrape(t, nil, lp.URL+"/metrics")
 	t.Logf("listproxy_watch_served_total: %v; ended: %v", m["listproxy_watch_served_total"], m["listproxy_watch_ended_total"])
-	if got := m.Sum("listproxy_watch_served_total", `resource="pods"`, `format="protobuf"`); got < 20 {
-		t.Errorf("listproxy served %v pod watches, want the 20 informers' watch-lists", got)
+	if got := m.Sum("listproxy_watch_served_total", `resource="pods"`, `format="protobuf"`); got < watchers {
+		t.Errorf("listproxy served %v pod watches, want the %d informers' watch-lists", got, watchers)
 	}
 }
 

@@ -58,7 +58,8 @@ type CacheOptions struct {
 	WatchStallTimeout time.Duration
 	WatchLagTimeout   time.Duration
 
-	ServeWatches bool
+	ServeWatches      bool
+	WatchWriteTimeout time.Duration
 }
 
 // newCacheOptions returns the defaults: pkg/lists' (lists.DefaultConfig)
@@ -89,7 +90,8 @@ func newCacheOptions() CacheOptions {
 
 		// Watch serving passes the watch-list differential and informer
 		// e2e tests (TestWatchDifferential, TestWatchListInformers).
-		ServeWatches: true,
+		ServeWatches:      true,
+		WatchWriteTimeout: watch.DefaultWriteTimeout,
 	}
 }
 
@@ -140,6 +142,8 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"Re-establish a snapshot store's watch when a consistent read proved with etcd that the store must reach a revision and it has not for this long (needs --etcd-servers).")
 	fs.BoolVar(&o.ServeWatches, "serve-watches", o.ServeWatches,
 		"Serve cacheable WATCH requests (watch-lists included) from snapshots and their stores' change feeds; false passes every watch through.")
+	fs.DurationVar(&o.WatchWriteTimeout, "watch-write-timeout", o.WatchWriteTimeout,
+		"End a served watch whose client does not accept a burst of events for this long (a stalled client); it re-watches from its last resourceVersion.")
 	fs.StringVar(&o.ConsistentReadFallback, "consistent-read-fallback", o.ConsistentReadFallback,
 		"What a consistent read does when freshness cannot be proven in time: apiserver (pass through) or reject (429 with Retry-After).")
 }
@@ -149,7 +153,7 @@ func (o *CacheOptions) validate() []error {
 	if o.ConsistentReadFallback != "apiserver" && o.ConsistentReadFallback != "reject" {
 		errs = append(errs, fmt.Errorf("--consistent-read-fallback: must be apiserver or reject, got %q", o.ConsistentReadFallback))
 	}
-	for name, d := range map[string]time.Duration{"--snapshot-history": o.SnapshotHistory, "--idle-resource-ttl": o.IdleResourceTTL, "--not-older-than-wait": o.NotOlderThanWait, "--list-queue-wait": o.ListQueueWait, "--list-write-timeout": o.ListWriteTimeout} {
+	for name, d := range map[string]time.Duration{"--snapshot-history": o.SnapshotHistory, "--idle-resource-ttl": o.IdleResourceTTL, "--not-older-than-wait": o.NotOlderThanWait, "--list-queue-wait": o.ListQueueWait, "--list-write-timeout": o.ListWriteTimeout, "--watch-write-timeout": o.WatchWriteTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", name, d))
 		}
@@ -324,7 +328,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 	if err != nil {
 		return nil, nil, err
 	}
-	return l, watch.NewHandler(watch.NewServer(watch.Config{Metrics: watchMetrics}), watchStores{l}), nil
+	return l, watch.NewHandler(watch.NewServer(watch.Config{Metrics: watchMetrics, WriteTimeout: o.WatchWriteTimeout}), watchStores{l}), nil
 }
 
 // etcdLogger logs the etcd client's errors only; listproxy reports what
