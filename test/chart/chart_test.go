@@ -344,6 +344,7 @@ var exportedMetrics = []string{
 	"listproxy_snapshot_watch_restarts_total",
 	"listproxy_watch_ended_total",
 	"listproxy_watch_events_total",
+	"listproxy_watch_fanout_delay_seconds_bucket",
 	"listproxy_watch_initial_bytes_total",
 	"listproxy_watch_open",
 	"listproxy_watch_passed_through_total",

@@ -15,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
@@ -73,7 +76,7 @@ func TestDashboardAndAlertsInPrometheus(t *testing.T) {
 	warmUp(ctx, t, lpc, []target{{path: "/api/v1/pods"}, {path: "/api/v1/configmaps"}})
 	var traffic sync.WaitGroup
 	traffic.Go(func() { driveTraffic(ctx, lpc) })
-	traffic.Go(func() { driveWatches(ctx, lpc) })
+	traffic.Go(func() { driveWatches(ctx, lpc, cp.Clientset(framework.UserAdmin)) })
 	defer traffic.Wait()
 	defer cancel()
 
@@ -182,8 +185,9 @@ func driveTraffic(ctx context.Context, lpc rawClient) {
 // ends, each ending after a second: watch-lists of pods served from
 // snapshots (consistent and at resourceVersion=0), of configmaps served at
 // resourceVersion=0, and consistent ones of configmaps, which cannot be
-// proven fresh and pass through.
-func driveWatches(ctx context.Context, lpc rawClient) {
+// proven fresh and pass through. While they are open a pod and a
+// configmap change, so that the served ones carry live events.
+func driveWatches(ctx context.Context, lpc rawClient, cs kubernetes.Interface) {
 	watchList := func(rv string) url.Values {
 		q := url.Values{
 			"watch": {"1"}, "sendInitialEvents": {"true"}, "resourceVersionMatch": {"NotOlderThan"},
@@ -203,6 +207,9 @@ func driveWatches(ctx context.Context, lpc rawClient) {
 				wg.Go(func() { _, _, _, _ = lpc.get(ctx, path, watchList(rv), acceptJSON) })
 			}
 		}
+		touch := []byte(fmt.Sprintf(`{"metadata":{"annotations":{"touched":"%d"}}}`, time.Now().UnixNano()))
+		_, _ = cs.CoreV1().Pods("ns-0").Patch(ctx, "pod-0", types.MergePatchType, touch, metav1.PatchOptions{})
+		_, _ = cs.CoreV1().ConfigMaps("ns-0").Patch(ctx, "cm-00", types.MergePatchType, touch, metav1.PatchOptions{})
 		wg.Wait()
 		select {
 		case <-ctx.Done():
