@@ -23,6 +23,7 @@ type report struct {
 	Freshness   *freshness         `json:"freshness,omitempty"`
 	Memory      []memorySample     `json:"memory"`
 	MemoryCheck []check            `json:"memory_checks"`
+	Steady      *steadyResult      `json:"steady,omitempty"`
 }
 
 type reportConfig struct {
@@ -275,6 +276,20 @@ func (r *report) markdown() string {
 			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
 		}
 	}
+	if st := r.Steady; st != nil {
+		fmt.Fprintf(&b, "\n| steady state: %d pod watchers (one namespace each, of %d) | writes/s | events read | delivery p50 / p99 | apiserver pod watches | CPU (answering processes) |\n", st.Watchers, st.Namespace)
+		b.WriteString("|---|---:|---:|---:|---:|---:|\n")
+		for _, name := range []string{"apiserver", "listproxy"} {
+			if s := st.Sides[name]; s != nil {
+				fmt.Fprintf(&b, "| %s | %.0f | %d | %s / %s | %.0f | %.1f s |\n", name, float64(s.WriteRate), s.Events,
+					ms(float64(s.DelayP50)), ms(float64(s.DelayP99)), float64(s.APIServerWatches), float64(s.CPU))
+			}
+		}
+		b.WriteString("\nDelivery is from sending a write to a watcher reading its event.\n\n")
+		for _, ch := range st.Checks {
+			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
+		}
+	}
 	return b.String()
 }
 
@@ -297,6 +312,13 @@ func (r *report) missed() []string {
 	for _, c := range r.MemoryCheck {
 		if !c.Met {
 			out = append(out, fmt.Sprintf("memory: %s %s, got %s", c.Name, c.Want, c.Text))
+		}
+	}
+	if r.Steady != nil {
+		for _, c := range r.Steady.Checks {
+			if !c.Met {
+				out = append(out, fmt.Sprintf("steady: %s %s, got %s", c.Name, c.Want, c.Text))
+			}
 		}
 	}
 	return out

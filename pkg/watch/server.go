@@ -363,22 +363,16 @@ func (w *watcher) stream(ctx context.Context) string {
 		bookmarkC = bt.C()
 		defer func() { bt.Stop() }()
 	}
-	buf := make([]snapshot.Event, 0, readBatch)
 	for {
 		changed := w.t.Store.Changed()
-		var err error
-		buf, err = w.cursor.Read(buf[:0])
+		n, err := w.readChanges()
 		switch {
 		case errors.Is(err, snapshot.ErrFeedReset):
 			return EndStoreReset
 		case errors.Is(err, snapshot.ErrFeedOverrun):
 			return EndTooSlow
 		}
-		if len(buf) > 0 {
-			for i := range buf {
-				w.change(&buf[i])
-				buf[i] = snapshot.Event{} // release the entries
-			}
+		if n > 0 {
 			if err := w.flush(); err != nil {
 				return w.endReason(ctx, err)
 			}
@@ -402,6 +396,24 @@ func (w *watcher) stream(ctx context.Context) string {
 			bookmarkC = bt.C()
 		}
 	}
+}
+
+// eventBufs holds the batches watchers read changes into, so that an idle
+// watcher holds none.
+var eventBufs = sync.Pool{New: func() any { b := make([]snapshot.Event, 0, readBatch); return &b }}
+
+// readChanges queues the events of the changes the cursor has (up to
+// readBatch) and returns how many changes it read.
+func (w *watcher) readChanges() (int, error) {
+	bp := eventBufs.Get().(*[]snapshot.Event)
+	buf, err := w.cursor.Read((*bp)[:0])
+	for i := range buf {
+		w.change(&buf[i])
+		buf[i] = snapshot.Event{} // release the entries
+	}
+	*bp = buf[:0]
+	eventBufs.Put(bp)
+	return len(buf), err
 }
 
 // change queues the event one change means to this watcher, as the watch
