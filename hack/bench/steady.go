@@ -286,8 +286,11 @@ func currentRV(ctx context.Context, t *target) (string, error) {
 			ResourceVersion string `json:"resourceVersion"`
 		} `json:"metadata"`
 	}
-	if err := json.Unmarshal(res.body, &list); err != nil || list.Metadata.ResourceVersion == "" {
-		return "", fmt.Errorf("%s: no resourceVersion in a pods LIST: %v", t.name, err)
+	if err := json.Unmarshal(res.body, &list); err != nil {
+		return "", fmt.Errorf("%s: pods LIST: %w", t.name, err)
+	}
+	if list.Metadata.ResourceVersion == "" {
+		return "", fmt.Errorf("%s: no resourceVersion in a pods LIST", t.name)
 	}
 	if _, err := strconv.ParseUint(list.Metadata.ResourceVersion, 10, 64); err != nil {
 		return "", err
