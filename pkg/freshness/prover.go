@@ -147,6 +147,26 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 	return p.cfg.Store.At(last)
 }
 
+// Holds reports whether the store holds every change of the resource up to
+// rv, a revision newer than it has seen (a consistent read's): etcd tells
+// the last change at or before rv, and the store reaches it within the
+// proof timeout. Unlike At it needs no snapshot at rv, so a compacted rv
+// is no obstacle. False when it cannot be proven: no etcd, the prefix not
+// verified, or etcd not at rv in time.
+func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
+	if p.cfg.Checker == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	t, _ := p.verifiedTracker(ctx)
+	if t == nil {
+		return false
+	}
+	_, _, _, err := p.proveAndWait(ctx, t, int64(rv))
+	return err == nil
+}
+
 // Missing reports whether the store lacks a change of the resource that
 // etcd holds: it reads etcd's current revision, learns the last change at or
 // before it, and waits up to wait for the store to reach it. It returns false

@@ -35,7 +35,7 @@ type WatchTarget struct {
 	// reached rv in time; a nil snapshot without it passes through.
 	NotOlderThan func(ctx context.Context, rv uint64, wait time.Duration) (snap *snapshot.Snapshot, at uint64, tooLarge *metav1.Status)
 	// Holds proves with etcd that the store holds every change up to rv
-	// (freshness.Prover.At); false without etcd or when it cannot be
+	// (freshness.Prover.Holds); false without etcd or when it cannot be
 	// proven in time.
 	Holds func(ctx context.Context, rv uint64) bool
 	// Release ends the watch's hold on the store.
@@ -96,12 +96,7 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 		return snap, at, nil
 	}
 	t.Holds = func(ctx context.Context, rv uint64) bool {
-		if rv <= entry.store.Progress() {
-			return true
-		}
-		l.applyCompaction(entry.store)
-		_, err := entry.prover.At(ctx, rv)
-		return err == nil
+		return rv <= entry.store.Progress() || entry.prover.Holds(ctx, rv)
 	}
 	if l.cfg.Freshness != nil {
 		// Proven exactly as a consistent LIST (freshness.Prover).
