@@ -373,8 +373,12 @@ func (w *watcher) stream(ctx context.Context) string {
 			return EndTooSlow
 		}
 		if n > 0 {
-			if err := w.flush(); err != nil {
-				return w.endReason(ctx, err)
+			// Changes none of whose events are this watcher's (another
+			// namespace, not matching) need no write.
+			if len(w.wr.buf) > 0 {
+				if err := w.flush(); err != nil {
+					return w.endReason(ctx, err)
+				}
 			}
 			continue
 		}
