@@ -10,10 +10,10 @@
 # release's own go.mod pins (k8s.io/kubernetes requires its etcd client at that
 # version), so etcd and the apiserver's client come from one release train.
 #
-# Some releases' staging modules (k8s.io/api v0.31.14 ...) are absent from the
-# public checksum database. KUBE_MODULE_NOSUMDB=1 resolves go.sum with the
-# database off; this is the only step that ever does so. Builds afterwards
-# verify every download against the committed go.sum.
+# Every sum is checked against the public checksum database (GOSUMDB is left
+# on); a staging tag the module proxy does not serve is replaced by the newest
+# earlier patch it does serve (staging_version below), which the database
+# knows.
 set -euo pipefail
 
 if [[ $# -ne 2 ]]; then
@@ -108,9 +108,4 @@ GO
 
 rm -f "${dir}/go.sum"
 cd "${dir}"
-if [[ "${KUBE_MODULE_NOSUMDB:-}" == 1 ]]; then
-  echo "resolving go.sum with the checksum database off (generation only)" >&2
-  GOSUMDB=off GOFLAGS=-mod=mod go mod tidy
-else
-  go mod tidy
-fi
+go mod tidy
