@@ -245,6 +245,7 @@ func TestWatchDifferential(t *testing.T) {
 				if !strings.Contains(refusal, "422 ") || !strings.Contains(refusal, "sendInitialEvents") {
 					t.Fatalf("%s: apiserver without WatchList answered %s, want its 422 on sendInitialEvents", name, refusal)
 				}
+				t.Logf("%s: the apiserver refuses watch-lists (%.60s); comparing with its LIST and watch at resourceVersion %s", name, refusal, lpRV)
 				typ := wire.ObjectType{GVK: corev1.SchemeGroupVersion.WithKind("Pod")}
 				if widget {
 					typ = wire.ObjectType{GVK: widgetGVR.GroupVersion().WithKind("Widget"), Custom: true}
