@@ -52,7 +52,7 @@ func TestDashboardAndAlertsInPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binDir, err := framework.BinDir()
+	binDir, err := framework.ToolsBinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
