@@ -253,6 +253,15 @@ func (r *registry) watchListDefaults() bool {
 	return watchListOnByDefault(r.major, r.minor)
 }
 
+// watchListGzip reports whether the apiserver's release gzips watch-list
+// responses for clients that accept it (WatchListCompression, on by
+// default from 1.37).
+func (r *registry) watchListGzip() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.major == 1 && r.minor >= 37 || r.major > 1
+}
+
 // watchListOnByDefault is the WatchList feature's default in release
 // major.minor.
 func watchListOnByDefault(major, minor int) bool {

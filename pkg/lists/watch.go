@@ -30,6 +30,9 @@ type WatchTarget struct {
 	// WatchListDefaults: the apiserver's release turns a watch from
 	// resourceVersion "" or "0" into a watch-list (watch.Target).
 	WatchListDefaults bool
+	// WatchListGzip: the apiserver's release gzips watch-list responses
+	// for clients that accept gzip.
+	WatchListGzip bool
 	// Consistent proves a consistent read with etcd; nil without etcd.
 	Consistent func(ctx context.Context) (*snapshot.Snapshot, uint64, bool)
 	// NotOlderThan finds the snapshot of a watch-list from resourceVersion
@@ -81,6 +84,7 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 		Store:             entry.store,
 		Namespace:         req.col.Namespace,
 		WatchListDefaults: l.registry.watchListDefaults(),
+		WatchListGzip:     l.registry.watchListGzip(),
 		Release: func() {
 			entry.lastUsed.Store(time.Now().UnixNano())
 			entry.watchers.Add(-1)

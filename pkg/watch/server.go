@@ -1,12 +1,14 @@
 package watch
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,6 +86,11 @@ type Target struct {
 	// feature is on). Where it does not, such a watch has the older
 	// semantics (initial events with no end bookmark) and passes through.
 	WatchListDefaults bool
+	// WatchListGzip: the apiserver's release (1.37+, WatchListCompression)
+	// gzips the responses of watch-lists (initial events and bookmarks
+	// requested) whose client accepts gzip, every flush one gzip member at
+	// level 1.
+	WatchListGzip bool
 	// Consistent proves a consistent read: the snapshot holding every
 	// change up to the returned resourceVersion. ok false passes the watch
 	// through. Required for InitialConsistent.
@@ -173,7 +180,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 			var tooLarge *metav1.Status
 			snap, rv, tooLarge = t.NotOlderThan(ctx, d.RV, s.cfg.NotOlderThanWait)
 			if tooLarge != nil {
-				s.serveError(w, d, t, tooLarge)
+				s.serveError(w, r, d, t, tooLarge)
 				return true, d.Reason
 			}
 			if snap == nil {
@@ -215,11 +222,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	m.started(labels, d.Reason)
 	defer m.stopped(labels)
 
-	h := w.Header()
-	h.Set("Content-Type", t.Format.WatchContentType())
-	h.Set("Cache-Control", "no-cache, private")
-	h.Set("Transfer-Encoding", "chunked")
-	w.WriteHeader(http.StatusOK)
+	s.writeHead(w, r, d, t, wr)
 	_ = wr.flush() // a failed flush shows in the next write
 
 	w2 := &watcher{
@@ -242,7 +245,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 // serveError answers a watch with one ERROR event carrying status, as the
 // apiserver answers a watch it accepted but cannot start (HTTP 200, the
 // event, the end of the stream).
-func (s *Server) serveError(w http.ResponseWriter, d Decision, t Target, status *metav1.Status) {
+func (s *Server) serveError(w http.ResponseWriter, r *http.Request, d Decision, t Target, status *metav1.Status) {
 	labels := []string{t.Resource, t.Format.String()}
 	m := s.cfg.Metrics
 	m.started(labels, d.Reason)
@@ -252,11 +255,7 @@ func (s *Server) serveError(w http.ResponseWriter, d Decision, t Target, status 
 	if err != nil {
 		klog.ErrorS(err, "Cannot encode a watch error", "resource", t.Resource)
 	}
-	h := w.Header()
-	h.Set("Content-Type", t.Format.WatchContentType())
-	h.Set("Cache-Control", "no-cache, private")
-	h.Set("Transfer-Encoding", "chunked")
-	w.WriteHeader(http.StatusOK)
+	s.writeHead(w, r, d, t, wr)
 	wr.buf = buf
 	reason := EndError
 	if err := wr.flush(); err != nil {
@@ -267,6 +266,40 @@ func (s *Server) serveError(w http.ResponseWriter, d Decision, t Target, status 
 	wr.close(wr.err != nil)
 	m.ended(labels, reason)
 }
+
+// writeHead writes the response head of a served watch, as the
+// apiserver's: gzip for a watch-list whose client accepts it, where the
+// apiserver's release does so.
+func (s *Server) writeHead(w http.ResponseWriter, r *http.Request, d Decision, t Target, wr *writer) {
+	h := w.Header()
+	h.Set("Content-Type", t.Format.WatchContentType())
+	h.Set("Cache-Control", "no-cache, private")
+	h.Set("Transfer-Encoding", "chunked")
+	if t.WatchListGzip && d.Action != From && d.Bookmarks && acceptsGzip(r) {
+		h.Set("Content-Encoding", "gzip")
+		h.Add("Vary", "Accept-Encoding")
+		wr.gzip = true
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// acceptsGzip reports whether r's Accept-Encoding names gzip, as the
+// apiserver reads it (responsewriters.ContentEncodingSupported).
+func acceptsGzip(r *http.Request) bool {
+	for _, token := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		if strings.TrimSpace(token) == "gzip" {
+			return true
+		}
+	}
+	return false
+}
+
+// gzipWriters holds the level-1 gzip writers of compressed watch-lists
+// between flushes.
+var gzipWriters = sync.Pool{New: func() any {
+	gw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed) // the level is valid
+	return gw
+}}
 
 // watcher is one served watch.
 type watcher struct {
@@ -530,6 +563,8 @@ type writer struct {
 	keep bool
 	// err is the first write or flush error.
 	err error
+	// gzip: every flush is written as one gzip member.
+	gzip bool
 }
 
 func newWriter(w http.ResponseWriter, f wire.Format, typ wire.ObjectType, timeout time.Duration, clk clock.PassiveClock) *writer {
@@ -566,7 +601,18 @@ func (w *writer) flush() error {
 	// Deadlines use the real time: they bound the socket, not the watch.
 	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) // unsupported: no bound
 	var err error
-	if len(w.buf) > 0 {
+	switch {
+	case len(w.buf) > 0 && w.gzip:
+		gw := gzipWriters.Get().(*gzip.Writer)
+		gw.Reset(w.w)
+		if _, err = gw.Write(w.buf); err == nil {
+			if err = gw.Flush(); err == nil {
+				err = gw.Close()
+			}
+		}
+		gw.Reset(nil)
+		gzipWriters.Put(gw)
+	case len(w.buf) > 0:
 		_, err = w.w.Write(w.buf)
 	}
 	if w.keep {

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -491,5 +492,47 @@ func TestWatchersShareFrames(t *testing.T) {
 	want := wire.AppendWatchEvent(nil, wire.JSON, wire.Added, widgetType, evs[0].Object.Raw)
 	if string(frame) != string(want) {
 		t.Errorf("shared frame %q, want %q", frame, want)
+	}
+}
+
+// TestServeWatchListGzip: where the apiserver's release gzips watch-lists,
+// a watch-list whose client accepts gzip gets Content-Encoding: gzip and a
+// body of gzip members, one per flush; a plain watch is not compressed.
+func TestServeWatchListGzip(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
+	ts := serveWith(t, store, Config{}, func(target *Target) { target.WatchListGzip = true })
+	get := func(query string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, ts.URL+"?"+query, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Accept-Encoding", "deflate, gzip")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	resp := get("watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds=600")
+	if ce, vary := resp.Header.Get("Content-Encoding"), resp.Header.Get("Vary"); ce != "gzip" || vary != "Accept-Encoding" {
+		t.Fatalf("Content-Encoding %q, Vary %q; want gzip, Accept-Encoding", ce, vary)
+	}
+	zr, err := gzip.NewReader(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := wire.NewWatchDecoder(wire.JSON, io.NopCloser(zr), wire.WatchOptions{})
+	if diff := cmp.Diff([]got{{wire.Added, "w1", "5", false}, {wire.Bookmark, "", "10", true}}, next(t, d, 2)); diff != "" {
+		t.Fatalf("initial events (-want +got):\n%s", diff)
+	}
+	store.Apply(snapshot.Change{Entry: widget("w2", 11, "a")}, 11)
+	if diff := cmp.Diff([]got{{wire.Added, "w2", "11", false}}, next(t, d, 1)); diff != "" {
+		t.Errorf("live event, a later gzip member (-want +got):\n%s", diff)
+	}
+	if ce := get("watch=1&resourceVersion=10").Header.Get("Content-Encoding"); ce != "" {
+		t.Errorf("plain watch Content-Encoding %q, want none", ce)
 	}
 }

@@ -25,7 +25,7 @@ func (s watchStores) Resolve(r *http.Request, labelSelector, fieldSelector strin
 		Resource: t.Resource, Format: t.Format, Type: t.Type, Store: t.Store,
 		Namespace: t.Namespace, Match: t.Match, Consistent: t.Consistent,
 		NotOlderThan: t.NotOlderThan, Holds: t.Holds,
-		WatchListDefaults: t.WatchListDefaults,
+		WatchListDefaults: t.WatchListDefaults, WatchListGzip: t.WatchListGzip,
 	}
 	return target, t.Release, reason, ok
 }
