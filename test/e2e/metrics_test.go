@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
 )
@@ -57,6 +60,19 @@ func TestMetricsCatalogue(t *testing.T) {
 	if code, h, _, err := lpc.get(ctx, "/api/v1/pods", served, acceptJSON); err != nil || code != http.StatusOK || h.Get("X-Listproxy-Served-From") != "snapshot" {
 		t.Fatalf("watch-list: %d, served from %q, %v", code, h.Get("X-Listproxy-Served-From"), err)
 	}
+	// A served watch that carries a live event (the fan-out histogram).
+	wctx, stopWatch := context.WithCancel(ctx)
+	r, _ := openWatch(wctx, t, lpc, "/api/v1/namespaces/ns-0/pods", url.Values{"watch": {"1"}, "sendInitialEvents": {"true"},
+		"resourceVersionMatch": {"NotOlderThan"}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"60"}}, wire.JSON)
+	initialFrames(t, r)
+	if _, err := cp.Clientset(framework.UserAdmin).CoreV1().Pods("ns-0").Patch(ctx, "pod-0", types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"touched":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nextEvents(r, 1); err != nil {
+		t.Fatalf("live event: %v", err)
+	}
+	stopWatch()
 	old := url.Values{"watch": {"1"}, "resourceVersion": {"1"}, "timeoutSeconds": {"1"}}
 	if code, h, _, err := lpc.get(ctx, "/api/v1/pods", old, acceptJSON); err != nil || h.Get("X-Listproxy-Served-From") == "snapshot" {
 		t.Fatalf("watch from resourceVersion 1: %d, served from %q, %v; want it passed through", code, h.Get("X-Listproxy-Served-From"), err)
