@@ -81,6 +81,10 @@ type Target struct {
 	// change up to the returned resourceVersion. ok false passes the watch
 	// through. Required for InitialConsistent.
 	Consistent func(ctx context.Context) (snap *snapshot.Snapshot, rv uint64, ok bool)
+	// Reject, when Stores.Resolve returns ok false with it set, answers the
+	// watch instead of passing it through (a store that did not sync in
+	// time gets the apiserver's 429 for an unready watch cache).
+	Reject func(http.ResponseWriter)
 }
 
 // Server serves watches from snapshot stores.
