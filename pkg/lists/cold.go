@@ -58,7 +58,7 @@ func awaitSynced(ctx context.Context, entry *storeEntry, wait time.Duration) boo
 	if entry.store.Synced() {
 		return true
 	}
-	if wait <= 0 || entry.feeder.ListFailing() {
+	if wait <= 0 || listFailing(entry) {
 		return false
 	}
 	t := time.NewTimer(wait)
@@ -68,7 +68,7 @@ func awaitSynced(ctx context.Context, entry *storeEntry, wait time.Duration) boo
 		if entry.store.Synced() {
 			return true
 		}
-		if entry.feeder.ListFailing() {
+		if listFailing(entry) {
 			return false
 		}
 		select {
@@ -83,9 +83,15 @@ func awaitSynced(ctx context.Context, entry *storeEntry, wait time.Duration) boo
 	}
 }
 
+// listFailing reports whether entry's feeder is backing off after a failed
+// list.
+func listFailing(entry *storeEntry) bool {
+	return entry.feeder != nil && entry.feeder.ListFailing()
+}
+
 // notReady answers a LIST whose store did not sync in time (see above).
 func (l *Lists) notReady(req listRequest, entry *storeEntry) verdict {
-	if entry == nil || entry.feeder.ListFailing() || req.query.limit > 0 && !req.selectors {
+	if entry == nil || listFailing(entry) || req.query.limit > 0 && !req.selectors {
 		return pass(ReasonNotSynced)
 	}
 	return reject(ReasonStoreNotReady, storeNotReadyError(entry))

@@ -58,7 +58,7 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 		// As the apiserver's unready watch cache: 429 (cold.go), unless the
 		// store's list is failing.
 		t := WatchTarget{Resource: resource}
-		if !entry.feeder.ListFailing() && r.Context().Err() == nil {
+		if !listFailing(entry) && r.Context().Err() == nil {
 			t.Reject = writeNotReady(entry)
 		}
 		return t, string(ReasonNotSynced), false
