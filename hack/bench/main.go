@@ -24,7 +24,7 @@
 //	BENCH_WRITE_RATE=100        writes per second during consistent reads and churn
 //	BENCH_OUT=_output/bench     output directory (the cluster lives in OUT/cluster)
 //	BENCH_WALK_LIMITS=500       page sizes of the paginated walks (1000 is added from 100k pods)
-//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,consistent,storm,memory
+//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,consistent,storm,cold,memory
 //	BENCH_INFORMERS=50          pod informers started at once in the informer storm
 //	BENCH_LISTPROXY_BIN         listproxy binary (default _output/bin/listproxy)
 //	BENCH_LISTPROXY_ARGS        extra listproxy flags, space-separated (e.g. --snapshot-history=15s)
@@ -97,7 +97,7 @@ func parseConfig(args []string) (config, error) {
 	writeRate := fs.Int("write-rate", envInt("BENCH_WRITE_RATE", 100), "writes per second during consistent reads and churn ($BENCH_WRITE_RATE)")
 	out := fs.String("out", envString("BENCH_OUT", "_output/bench"), "output directory ($BENCH_OUT)")
 	walkLimits := fs.String("walk-limits", envString("BENCH_WALK_LIMITS", ""), "comma-separated page sizes of the paginated walks; default 500, plus 1000 from 100k pods ($BENCH_WALK_LIMITS)")
-	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,consistent,storm,memory ($BENCH_SCENARIOS)")
+	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,consistent,storm,cold,memory ($BENCH_SCENARIOS)")
 	bin := fs.String("listproxy", envString("BENCH_LISTPROXY_BIN", ""), "listproxy binary; default <repo>/_output/bin/listproxy ($BENCH_LISTPROXY_BIN)")
 	selectorN := fs.Int("nodename-requests", envInt("BENCH_NODENAME_REQUESTS", 1000), "spec.nodeName LISTs per side ($BENCH_NODENAME_REQUESTS)")
 	firstPageN := fs.Int("firstpage-requests", envInt("BENCH_FIRSTPAGE_REQUESTS", 200), "sequential first-page LISTs per side ($BENCH_FIRSTPAGE_REQUESTS)")
@@ -143,7 +143,7 @@ func parseConfig(args []string) (config, error) {
 			cfg.walkLimits = append(cfg.walkLimits, n)
 		}
 	}
-	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "consistent": true, "storm": true, "memory": true}
+	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "consistent": true, "storm": true, "cold": true, "memory": true}
 	for _, s := range strings.Split(*scenarios, ",") {
 		s = strings.TrimSpace(s)
 		if s == "all" {

@@ -32,6 +32,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"nodename", b.nodeName},
 		{"consistent", b.consistent},
 		{"storm", b.informerStorm},
+		{"cold", b.coldStorm},
 		{"memory", b.memoryChurn},
 	}
 	for _, s := range steps {
