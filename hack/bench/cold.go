@@ -168,7 +168,7 @@ func (b *bench) fullListCPU(ctx context.Context) (float64, error) {
 // (--cold-store-wait). Target: the apiserver spends at most coldTarget
 // times one full LIST on the cold storm, and less than on the storm
 // direct. Then a listproxy with --preload=pods measures the memory one
-// JSON store costs once ready.
+// protobuf store (the default for built-in resources) costs once ready.
 func (b *bench) coldStorm(ctx context.Context) error {
 	n := coldInformers
 	reps := min(b.cfg.reps, 3)
@@ -230,7 +230,7 @@ func (b *bench) coldStorm(ctx context.Context) error {
 		logf("  cold listproxy: %d informers synced %d pods in %s", n, got, ms(took.Seconds()))
 	}
 
-	// Warm start: the memory of one preloaded JSON store of every pod.
+	// Warm start: the memory of one preloaded store (protobuf) of every pod.
 	warm, stop, err := b.env.startExtraListproxy(ctx, "listproxy-preload", "--resources=pods", "--preload=pods")
 	if err != nil {
 		return err
@@ -245,7 +245,7 @@ func (b *bench) coldStorm(ctx context.Context) error {
 	full := median(fullLists)
 	perStorm := ps.APIServerCPUTotal / float64(reps)
 	note := fmt.Sprintf("apiserver+etcd CPU: one full LIST (JSON, pages of 500) %s; per storm direct %s, on a cold listproxy %s (%.2f× one full LIST); "+
-		"cold listproxy RSS idle %s MiB, after the storm %s MiB; a listproxy with --preload=pods ready at %.0f MiB RSS (%.1f MiB per 10,000 pods over the idle one)",
+		"cold listproxy RSS idle %s MiB, after the storm %s MiB; a listproxy with --preload=pods (protobuf) ready at %.0f MiB RSS (%.1f MiB per 10,000 pods over the idle one)",
 		ms(full), ms(ds.CPUTotal/float64(reps)), ms(perStorm), perStorm/full,
 		fmt.Sprintf("%.0f", float64(ps.Extra["rss_idle_mib_p50"])), fmt.Sprintf("%.0f", float64(ps.Extra["rss_after_sync_mib_p50"])),
 		float64(preloadRSS)/(1<<20), (float64(preloadRSS)/(1<<20)-float64(ps.Extra["rss_idle_mib_p50"]))*10000/float64(b.cfg.pods))

@@ -121,7 +121,7 @@ func TestRetryAfterUnready(t *testing.T) {
 }
 
 func TestParsePreload(t *testing.T) {
-	got, err := ParsePreload([]string{"pods", "pods/protobuf", "endpointslices.discovery.k8s.io", "pods", " nodes "})
+	got, err := ParsePreload([]string{"pods", "pods/json", "endpointslices.discovery.k8s.io", "pods", " nodes "})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestParsePreload(t *testing.T) {
 	for _, p := range got {
 		names = append(names, p.String())
 	}
-	want := []string{"pods", "pods/protobuf", "endpointslices.discovery.k8s.io", "nodes"}
+	want := []string{"pods", "pods/json", "endpointslices.discovery.k8s.io", "nodes"}
 	if len(names) != len(want) {
 		t.Fatalf("got %v, want %v", names, want)
 	}
@@ -141,6 +141,20 @@ func TestParsePreload(t *testing.T) {
 	for _, bad := range []string{"*", "pods/yaml", "/json", "pods/json/x"} {
 		if _, err := ParsePreload([]string{bad}); err == nil {
 			t.Errorf("ParsePreload(%q): no error", bad)
+		}
+	}
+	// Without a format: what client-go's typed clients ask for.
+	for _, tc := range []struct {
+		p      Preload
+		custom bool
+		want   wire.Format
+	}{
+		{got[0], false, wire.Protobuf},
+		{got[0], true, wire.JSON},
+		{got[1], false, wire.JSON},
+	} {
+		if f := tc.p.formatFor(&resourceInfo{Custom: tc.custom}); f != tc.want {
+			t.Errorf("%s (custom %v): format %v, want %v", tc.p, tc.custom, f, tc.want)
 		}
 	}
 }

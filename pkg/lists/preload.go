@@ -18,21 +18,39 @@ import (
 // resource, in its preferred version, in one representation.
 type Preload struct {
 	Resource schema.GroupResource
+	// Format is the representation when Explicit; otherwise formatFor
+	// chooses what client-go's typed clients ask for.
 	Format   wire.Format
+	Explicit bool
 }
 
-// String spells p as --preload does: RESOURCE[.GROUP][/FORMAT], the format
-// omitted for JSON.
+// String spells p as --preload does: RESOURCE[.GROUP][/FORMAT].
 func (p Preload) String() string {
-	if p.Format == wire.JSON {
+	if !p.Explicit {
 		return p.Resource.String()
 	}
 	return p.Resource.String() + "/" + p.Format.String()
 }
 
+// formatFor is the representation of p's store for the resource info: the
+// one named, or else protobuf for a built-in resource and JSON for a custom
+// one, which is what client-go's typed clients and informers ask for
+// (k8s.io/client-go/gentype prefers protobuf for built-in types; custom
+// resources have no protobuf).
+func (p Preload) formatFor(info *resourceInfo) wire.Format {
+	switch {
+	case p.Explicit:
+		return p.Format
+	case info.Custom:
+		return wire.JSON
+	}
+	return wire.Protobuf
+}
+
 // ParsePreload parses --preload entries, RESOURCE[.GROUP][/FORMAT] with
-// FORMAT one of json (the default), protobuf, meta-json and meta-protobuf.
-// Duplicates are dropped.
+// FORMAT one of json, protobuf, meta-json and meta-protobuf; without one,
+// the store is protobuf for a built-in resource and JSON for a custom one
+// (what client-go's typed clients ask for). Duplicates are dropped.
 func ParsePreload(names []string) ([]Preload, error) {
 	var out []Preload
 	seen := map[Preload]bool{}
@@ -43,8 +61,9 @@ func ParsePreload(names []string) ([]Preload, error) {
 			continue
 		}
 		res, formatName, _ := strings.Cut(name, "/")
-		format := wire.JSON
-		if formatName != "" {
+		var format wire.Format
+		explicit := formatName != ""
+		if explicit {
 			found := false
 			for _, f := range wire.Formats {
 				if f.String() == formatName {
@@ -60,7 +79,7 @@ func ParsePreload(names []string) ([]Preload, error) {
 			errs = append(errs, fmt.Errorf("%q: want RESOURCE[.GROUP][/FORMAT]", name))
 			continue
 		}
-		p := Preload{Resource: schema.ParseGroupResource(res), Format: format}
+		p := Preload{Resource: schema.ParseGroupResource(res), Format: format, Explicit: explicit}
 		if !seen[p] {
 			seen[p] = true
 			out = append(out, p)
@@ -103,7 +122,7 @@ func (l *Lists) PreloadSynced() error {
 			continue
 		}
 		l.mu.RLock()
-		e, ok := l.stores[storeKey{gvr: info.GVR, format: p.Format}]
+		e, ok := l.stores[storeKey{gvr: info.GVR, format: p.formatFor(info)}]
 		l.mu.RUnlock()
 		if !ok || !e.store.Synced() {
 			return fmt.Errorf("store %s has not synced yet", p)
@@ -126,7 +145,7 @@ func (l *Lists) ensurePreloaded() {
 			klog.V(1).InfoS("Preloaded resource not served: not in discovery, not list+watch, or excluded by --resources", "resource", p.String())
 			continue
 		}
-		if e, ok := l.storeFor(info, p.Format); ok {
+		if e, ok := l.storeFor(info, p.formatFor(info)); ok {
 			e.preloaded.Store(true)
 		}
 	}

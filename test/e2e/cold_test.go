@@ -138,14 +138,18 @@ func TestPreloadReadiness(t *testing.T) {
 		}
 	}
 	// StartListproxy waits for /readyz: the store must have synced by then.
-	lp := framework.StartListproxy(t, cp, "--preload=configmaps", "--idle-resource-ttl=1s",
+	lp := framework.StartListproxy(t, cp, "--preload=configmaps,configmaps/json", "--idle-resource-ttl=1s",
 		"--cold-store-wait=0", "--consistency-check-interval=0")
-	objects := func(resource string) (float64, bool) {
+	objects := func(resource, format string) (float64, bool) {
 		m := framework.Scrape(t, nil, lp.URL+"/metrics")
-		return m.Sum("listproxy_snapshot_objects", `resource="`+resource+`"`, `format="json"`), m.Has("listproxy_snapshot_objects", `resource="`+resource+`"`)
+		match := []string{`resource="` + resource + `"`, `format="` + format + `"`}
+		return m.Sum("listproxy_snapshot_objects", match...), m.Has("listproxy_snapshot_objects", match...)
 	}
-	if n, _ := objects("configmaps"); n < 50 {
-		t.Fatalf("listproxy ready with %v configmaps in its preloaded store, want at least 50", n)
+	// configmaps without a format: protobuf, what typed clients ask for.
+	for _, format := range []string{"protobuf", "json"} {
+		if n, _ := objects("configmaps", format); n < 50 {
+			t.Fatalf("listproxy ready with %v configmaps in its preloaded %s store, want at least 50", n, format)
+		}
 	}
 	lpc := newRawClient(t, lp.Config())
 	served := func(path string) bool {
@@ -169,13 +173,13 @@ func TestPreloadReadiness(t *testing.T) {
 		t.Fatalf("secrets never served from a snapshot: %v", err)
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, false, func(context.Context) (bool, error) {
-		_, ok := objects("secrets")
+		_, ok := objects("secrets", "json")
 		return !ok, nil
 	})
 	if err != nil {
 		t.Fatalf("the on-demand secrets store was never dropped as idle: %v", err)
 	}
-	if _, ok := objects("configmaps"); !ok {
+	if _, ok := objects("configmaps", "json"); !ok {
 		t.Error("the preloaded configmaps store was dropped as idle")
 	}
 	if !served("/api/v1/configmaps") {

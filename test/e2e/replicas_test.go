@@ -183,7 +183,7 @@ func TestReplicas(t *testing.T) {
 
 	startCtx, startCancel := context.WithTimeout(ctx, 3*time.Minute)
 	rs, err := framework.StartReplicaSet(startCtx, cp, t.TempDir(), scaleReplicas,
-		"--etcd-servers="+cp.EtcdEndpoint, "--resources=configmaps", "--preload=configmaps",
+		"--etcd-servers="+cp.EtcdEndpoint, "--resources=configmaps", "--preload=configmaps,configmaps/json",
 		"--shutdown-delay=1s", "--shutdown-grace-period=10s")
 	startCancel()
 	if err != nil {
