@@ -158,3 +158,43 @@ func TestParsePreload(t *testing.T) {
 		}
 	}
 }
+
+// A watch of a store whose first list is in flight waits for it like a
+// LIST; past --cold-store-wait it gets the apiserver's 429 for an unready
+// watch cache instead of passing through.
+func TestColdStoreWatch(t *testing.T) {
+	req := func() *http.Request {
+		return httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=1", nil)
+	}
+	t.Run("waits", func(t *testing.T) {
+		l, store := coldTestLists(t, time.Minute)
+		done := make(chan bool, 1)
+		go func() {
+			target, _, ok := l.ResolveWatch(req(), "", "")
+			if ok {
+				target.Release()
+			}
+			done <- ok
+		}()
+		store.Replace([]*snapshot.Entry{testPod("a", "p1", 5)}, 7)
+		if !<-done {
+			t.Fatal("watch of a store that synced while it waited not served")
+		}
+	})
+	t.Run("after_wait", func(t *testing.T) {
+		l, _ := coldTestLists(t, time.Millisecond)
+		target, reason, ok := l.ResolveWatch(req(), "", "")
+		if ok || target.Reject == nil {
+			t.Fatalf("ResolveWatch = ok %v, reason %q, Reject set %v; want a rejection", ok, reason, target.Reject != nil)
+		}
+		rec := httptest.NewRecorder()
+		target.Reject(rec)
+		var status metav1.Status
+		if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" || status.Message != storeNotReadyMessage {
+			t.Errorf("HTTP %d, Retry-After %q, %+v; want the apiserver's 429 for an unready watch cache", rec.Code, rec.Header().Get("Retry-After"), status)
+		}
+	})
+}
