@@ -100,14 +100,15 @@ type preloadState struct {
 	missing atomic.Int64
 }
 
-// PreloadSynced returns nil once every store named by Config.Preload has
-// completed its first list since listproxy started, and an error naming one
-// that has not otherwise. Without Preload it is always nil. Preloaded
-// resources that discovery does not report are logged and not waited for.
-// The edge's /readyz fails while it returns an error, so that a Service
-// sends nothing to a replica whose stores are cold.
-func (l *Lists) PreloadSynced() error {
-	if len(l.cfg.Preload) == 0 || l.preload.synced.Load() {
+// Ready returns nil once Run has read discovery and every store named by
+// Config.Preload has completed its first list, and an error saying what is
+// missing otherwise; once nil it stays nil. Preloaded resources that
+// discovery does not report are logged and not waited for. The edge's
+// /readyz fails while it returns an error, so that a Service sends nothing
+// to a replica that would pass every request through (before discovery
+// listproxy knows no resource) or whose preloaded stores are cold.
+func (l *Lists) Ready() error {
+	if l.preload.synced.Load() {
 		return nil
 	}
 	l.mu.RLock()

@@ -91,7 +91,7 @@ func (h *Handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // serveReadyz answers 200 "ok" while the apiserver is ready, listproxy's own
-// check (Config.Ready: preloaded stores synced) passes and listproxy is not
+// check (Config.Ready: discovery read, preloaded stores synced) passes and listproxy is not
 // shutting down, else 503 with the reason.
 func (h *Handler) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	if h.draining.Load() {
@@ -100,7 +100,7 @@ func (h *Handler) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	if h.ownReady != nil {
 		if err := h.ownReady(); err != nil {
-			writePlain(w, http.StatusServiceUnavailable, fmt.Sprintf("[-]preload failed: %v\nreadyz check failed", err))
+			writePlain(w, http.StatusServiceUnavailable, fmt.Sprintf("[-]snapshots failed: %v\nreadyz check failed", err))
 			return
 		}
 	}

@@ -89,7 +89,7 @@ type Config struct {
 	// answers 404.
 	Gatherer prometheus.Gatherer
 	// Ready, when set, is part of /readyz: listproxy is not ready while it
-	// returns an error (preloaded stores that have not synced).
+	// returns an error (discovery not read, preloaded stores not synced).
 	Ready func() error
 	// Clock times requests and expires cached readiness. Nil: the real clock.
 	Clock clock.PassiveClock

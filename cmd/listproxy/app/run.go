@@ -53,7 +53,7 @@ func Run(ctx context.Context, cfg *Config) error {
 			return err
 		}
 		listServer = l
-		ready = l.PreloadSynced
+		ready = l.Ready
 		debug = map[string]http.Handler{"consistency": consistency.Handler(l.Consistency())}
 		if w != nil {
 			watches = w
