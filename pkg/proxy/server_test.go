@@ -1,8 +1,8 @@
 package proxy
 
 import (
-	"errors"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
