@@ -100,7 +100,7 @@ func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *co
 
 // TestConsistencyCheck corrupts the JSON pods snapshot and checks through
 // the debug endpoint: the mismatch is reported with its diff and counted,
-// every pods store is dropped, the next LIST passes through, and the fresh
+// every pods store is dropped, the next LIST waits for a fresh one, and the fresh
 // snapshot equals the apiserver again.
 func TestConsistencyCheck(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
