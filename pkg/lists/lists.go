@@ -133,10 +133,10 @@ func DefaultConfig() Config {
 		HistoryMaxRatio:  0.1,
 		IdleTTL:          15 * time.Minute,
 		NotOlderThanWait: 3 * time.Second,
-		// A first list of 30,000 pods took up to 20s on a loaded 2-core
-		// machine (the cold-storm benchmark); the wait stays under the
-		// apiserver's 60s request timeout. A client that gets the 429
-		// after it retries (client-go does, after Retry-After).
+		// Not measured: room for a first list of tens of thousands of
+		// objects on a busy machine, under the apiserver's 60s request
+		// timeout. A client that gets the 429 after it retries (client-go
+		// does, after Retry-After).
 		ColdStoreWait:         30 * time.Second,
 		ScanBudget:            100000,
 		DiscoveryInterval:     10 * time.Second,
