@@ -185,7 +185,7 @@ func (b *Balancer) serve(client net.Conn) {
 		return
 	}
 	defer b.track(client, false)
-	defer client.Close()
+	defer func() { _ = client.Close() }() // the client sees its connection end
 	backend, err := b.pick()
 	if err != nil {
 		return // the client sees its connection closed, as with no endpoint
@@ -195,7 +195,7 @@ func (b *Balancer) serve(client net.Conn) {
 		return
 	}
 	defer b.track(backend, false)
-	defer backend.Close()
+	defer func() { _ = backend.Close() }() // the backend sees its connection end
 	done := make(chan struct{}, 2)
 	pipe := func(dst, src net.Conn) {
 		_, _ = io.Copy(dst, src)
