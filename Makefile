@@ -4,7 +4,14 @@ GO ?= go
 OUT := _output
 BIN := $(OUT)/bin
 
-.PHONY: all build deps control-plane prometheus run test test-unit test-e2e verify bench fuzz soak clean
+# The control-plane release `make run`, the e2e suite and `make bench` run
+# against (KUBE_VERSION=1.31.14 make test-e2e), and the old release the
+# compatibility stage of `make test` runs against. Defaults: hack/kube-versions.
+KUBE_VERSION ?= $(shell awk '$$1 == "default" {print $$2}' hack/kube-versions)
+KUBE_COMPAT_VERSION ?= $(shell awk '$$1 == "compat" {print $$2}' hack/kube-versions)
+export KUBE_VERSION
+
+.PHONY: all build deps control-plane control-plane-compat prometheus run test test-unit test-e2e test-compat verify bench fuzz soak clean
 
 all: build
 
@@ -12,12 +19,16 @@ all: build
 build:
 	$(GO) build -o $(BIN)/listproxy ./cmd/listproxy
 
-## deps: build everything the tests need into _output/bin (no-op when current)
-deps: control-plane prometheus
+## deps: build everything the tests need: both control planes into _output/kube-vVERSION/bin, Prometheus into _output/bin (no-op when current)
+deps: control-plane control-plane-compat prometheus
 
-## control-plane: the pinned etcd, kube-apiserver, kube-controller-manager and kubectl (no-op when current)
+## control-plane: the pinned etcd, kube-apiserver, kube-controller-manager and kubectl of KUBE_VERSION (no-op when current)
 control-plane:
-	hack/build-deps.sh
+	hack/build-deps.sh $(KUBE_VERSION)
+
+## control-plane-compat: the same for KUBE_COMPAT_VERSION, the old release of the compatibility stage
+control-plane-compat:
+	hack/build-deps.sh $(KUBE_COMPAT_VERSION)
 
 ## prometheus: the pinned Prometheus server and promtool the tests use (no-op when current)
 prometheus:
@@ -27,14 +38,24 @@ prometheus:
 run: control-plane build
 	$(GO) run ./hack/localup
 
-## test: unit tests with -race, then e2e against the real control plane
-test: deps test-unit test-e2e
+## test: unit tests with -race, e2e against the KUBE_VERSION control plane, then the compatibility stage against KUBE_COMPAT_VERSION
+test: deps test-unit test-e2e test-compat
 
 test-unit:
 	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/imports/
 
 test-e2e:
 	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 25m ./test/...
+
+# The e2e tests whose answers depend most on the apiserver's version: the
+# differential and linearizability checks, paging and continue tokens, bad
+# input, informers, and watch serving.
+COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestWatchThroughListproxy|TestKubectlThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestDiscoveryFollowsCRDs)$$
+
+## test-compat: the version-sensitive e2e tests against KUBE_COMPAT_VERSION
+test-compat:
+	KUBE_VERSION=$(KUBE_COMPAT_VERSION) LISTPROXY_BIN_DIR=$(abspath $(BIN)) \
+		$(GO) test -race -count=1 -timeout 15m -run '$(COMPAT_TESTS)' ./test/e2e/
 
 verify:
 	hack/verify-gofmt.sh

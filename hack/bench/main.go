@@ -22,7 +22,8 @@
 //	BENCH_REPS=5                repetitions of each scenario
 //	BENCH_CHURN=2m              churn period (writes at BENCH_WRITE_RATE) before the last memory sample
 //	BENCH_WRITE_RATE=100        writes per second during consistent reads and churn
-//	BENCH_OUT=_output/bench     output directory (the cluster lives in OUT/cluster)
+//	BENCH_OUT=_output/bench/kube-vVERSION  output directory (the cluster lives in OUT/cluster)
+//	KUBE_VERSION                the control-plane release (default: hack/kube-versions)
 //	BENCH_WALK_LIMITS=500       page sizes of the paginated walks (1000 is added from 100k pods)
 //	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,consistent,storm,cold,memory (all but cold)
 //	BENCH_INFORMERS=50          pod informers started at once in the informer storm
@@ -95,7 +96,7 @@ func parseConfig(args []string) (config, error) {
 	reps := fs.Int("reps", envInt("BENCH_REPS", 5), "repetitions of each scenario ($BENCH_REPS)")
 	churn := fs.Duration("churn", envDuration("BENCH_CHURN", 2*time.Minute), "churn period before the last memory sample ($BENCH_CHURN)")
 	writeRate := fs.Int("write-rate", envInt("BENCH_WRITE_RATE", 100), "writes per second during consistent reads and churn ($BENCH_WRITE_RATE)")
-	out := fs.String("out", envString("BENCH_OUT", "_output/bench"), "output directory ($BENCH_OUT)")
+	out := fs.String("out", envString("BENCH_OUT", defaultOut()), "output directory ($BENCH_OUT)")
 	walkLimits := fs.String("walk-limits", envString("BENCH_WALK_LIMITS", ""), "comma-separated page sizes of the paginated walks; default 500, plus 1000 from 100k pods ($BENCH_WALK_LIMITS)")
 	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,consistent,storm,cold,memory ($BENCH_SCENARIOS)")
 	bin := fs.String("listproxy", envString("BENCH_LISTPROXY_BIN", ""), "listproxy binary; default <repo>/_output/bin/listproxy ($BENCH_LISTPROXY_BIN)")
@@ -179,6 +180,11 @@ func run(ctx context.Context, cfg config) error {
 	if _, err := os.Stat(cfg.listproxyBin); err != nil {
 		return fmt.Errorf("listproxy binary missing (run `make build`): %w", err)
 	}
+	kubeVersion, err := framework.KubeVersion()
+	if err != nil {
+		return err
+	}
+	logf("control plane: Kubernetes v%s (KUBE_VERSION)", kubeVersion)
 
 	env, err := startEnv(ctx, cfg)
 	if env != nil {
@@ -197,7 +203,8 @@ func run(ctx context.Context, cfg config) error {
 	r := &report{
 		Started: begin.UTC().Format(time.RFC3339),
 		Config: reportConfig{
-			Pods: cfg.pods, Namespaces: numNamespaces, Nodes: numNodes, Reps: cfg.reps,
+			KubeVersion: kubeVersion,
+			Pods:        cfg.pods, Namespaces: numNamespaces, Nodes: numNodes, Reps: cfg.reps,
 			Churn: cfg.churn.String(), WriteRate: cfg.writeRate, WalkLimits: cfg.walkLimits,
 			ListproxyArgs: cfg.listproxyArgs, ListproxyEnv: cfg.listproxyEnv,
 			CPUs: numCPU(), LoadAvg: loadAvg(),
@@ -272,4 +279,14 @@ func envDuration(name string, def time.Duration) time.Duration {
 
 func logf(format string, args ...any) {
 	fmt.Printf("%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+// defaultOut is _output/bench/kube-vVERSION for the selected release, so
+// that runs against each release keep their own results.
+func defaultOut() string {
+	v, err := framework.KubeVersion()
+	if err != nil {
+		return filepath.Join("_output", "bench")
+	}
+	return filepath.Join("_output", "bench", "kube-v"+v)
 }

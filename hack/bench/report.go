@@ -26,15 +26,17 @@ type report struct {
 }
 
 type reportConfig struct {
-	Pods       int    `json:"pods"`
-	Namespaces int    `json:"namespaces"`
-	Nodes      int    `json:"nodes"`
-	Reps       int    `json:"reps"`
-	Churn      string `json:"churn"`
-	WriteRate  int    `json:"write_rate"`
-	WalkLimits []int  `json:"walk_limits"`
-	CPUs       int    `json:"cpus"`
-	LoadAvg    string `json:"load_avg_start"`
+	// KubeVersion is the control-plane release measured (KUBE_VERSION).
+	KubeVersion string `json:"kube_version"`
+	Pods        int    `json:"pods"`
+	Namespaces  int    `json:"namespaces"`
+	Nodes       int    `json:"nodes"`
+	Reps        int    `json:"reps"`
+	Churn       string `json:"churn"`
+	WriteRate   int    `json:"write_rate"`
+	WalkLimits  []int  `json:"walk_limits"`
+	CPUs        int    `json:"cpus"`
+	LoadAvg     string `json:"load_avg_start"`
 	// ListproxyArgs and ListproxyEnv are what listproxy ran with beyond
 	// the harness's own flags.
 	ListproxyArgs []string `json:"listproxy_args,omitempty"`
@@ -231,8 +233,8 @@ func (r *report) markdown() string {
 	r.memoryChecks()
 	var b strings.Builder
 	c := r.Config
-	fmt.Fprintf(&b, "### listproxy vs kube-apiserver: %d pods (~%s JSON each), %d namespaces, %d nodes\n\n",
-		c.Pods, bytesText(int64(r.ObjectBytes)), c.Namespaces, c.Nodes)
+	fmt.Fprintf(&b, "### listproxy vs kube-apiserver v%s: %d pods (~%s JSON each), %d namespaces, %d nodes\n\n",
+		c.KubeVersion, c.Pods, bytesText(int64(r.ObjectBytes)), c.Namespaces, c.Nodes)
 	fmt.Fprintf(&b, "Run %s, %s; %d CPUs, load average %s at start, %s at end; %d repetitions; idle CPU subtracted: apiserver+etcd %.3f, listproxy %.3f CPU-s/s.",
 		r.Started, r.Duration, c.CPUs, c.LoadAvg, r.LoadAvgEnd, c.Reps, r.IdleCPU["apiserver+etcd"], r.IdleCPU["listproxy"])
 	if len(c.ListproxyArgs)+len(c.ListproxyEnv) > 0 {

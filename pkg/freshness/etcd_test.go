@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,16 +15,21 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/listproxy/listproxy/test/framework/binaries"
 	"github.com/listproxy/listproxy/test/framework/freeport"
 )
 
-// etcdBinary is the etcd the integration tests run (make deps builds it).
+// etcdBinary is the etcd the integration tests run: $LISTPROXY_ETCD, else the
+// selected release's (make deps builds it; see package binaries).
 var etcdBinary = func() string {
 	if p := os.Getenv("LISTPROXY_ETCD"); p != "" {
 		return p
 	}
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "_output", "bin", "etcd")
+	dir, err := binaries.KubeDir()
+	if err != nil {
+		return "etcd"
+	}
+	return filepath.Join(dir, "etcd")
 }()
 
 // lockedBuffer collects etcd's output for failure reports.

@@ -63,6 +63,8 @@ type registry struct {
 
 	mu        sync.RWMutex
 	resources map[schema.GroupVersionResource]*resourceInfo // guarded by mu
+	major     int                                           // guarded by mu; the apiserver's release, 0 when unknown
+	minor     int                                           // guarded by mu
 	// preferredGV is each group's preferred version in discovery, guarded
 	// by mu.
 	preferredGV map[string]string
@@ -157,6 +159,7 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 		}
 	}
 	r.mu.Lock()
+	r.major, r.minor = major, minor
 	if partial {
 		for g, v := range r.preferredGV {
 			if _, ok := preferredGV[g]; !ok {
@@ -272,6 +275,23 @@ func (r *registry) serverMajorMinor() (int, int) {
 		return 0, 0
 	}
 	return major, minor
+}
+
+// watchListDefaults reports whether the apiserver's release turns a watch
+// from resourceVersion "" or "0" without sendInitialEvents into a watch-list:
+// its WatchList feature is on by default in 1.32 and from 1.34
+// (k8s.io/apiserver/pkg/features). An unknown release reports false, so
+// such watches pass through and the apiserver gives its own semantics.
+func (r *registry) watchListDefaults() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return watchListOnByDefault(r.major, r.minor)
+}
+
+// watchListOnByDefault is the WatchList feature's default in release
+// major.minor.
+func watchListOnByDefault(major, minor int) bool {
+	return major == 1 && (minor == 32 || minor >= 34) || major > 1
 }
 
 var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}

@@ -23,6 +23,9 @@ type WatchTarget struct {
 	Namespace string
 	// Match selects objects by the watch's selectors; nil selects all.
 	Match func(*snapshot.Entry) bool
+	// WatchListDefaults: the apiserver's release turns a watch from
+	// resourceVersion "" or "0" into a watch-list (watch.Target).
+	WatchListDefaults bool
 	// Consistent proves a consistent read with etcd; nil without etcd.
 	Consistent func(ctx context.Context) (*snapshot.Snapshot, uint64, bool)
 	// Release ends the watch's hold on the store.
@@ -65,11 +68,12 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 	}
 	entry.watchers.Add(1)
 	t := WatchTarget{
-		Resource:  resource,
-		Format:    req.format,
-		Type:      wire.ObjectType{GVK: req.info.GVR.GroupVersion().WithKind(req.info.Kind), Custom: req.info.Custom},
-		Store:     entry.store,
-		Namespace: req.col.Namespace,
+		Resource:          resource,
+		Format:            req.format,
+		Type:              wire.ObjectType{GVK: req.info.GVR.GroupVersion().WithKind(req.info.Kind), Custom: req.info.Custom},
+		Store:             entry.store,
+		Namespace:         req.col.Namespace,
+		WatchListDefaults: l.registry.watchListDefaults(),
 		Release: func() {
 			entry.lastUsed.Store(time.Now().UnixNano())
 			entry.watchers.Add(-1)

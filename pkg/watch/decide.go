@@ -36,6 +36,10 @@ type Decision struct {
 	Timeout time.Duration
 	// LabelSelector and FieldSelector are as given, unparsed.
 	LabelSelector, FieldSelector string
+	// Defaulted: a watch from resourceVersion "" or "0" without
+	// sendInitialEvents and resourceVersionMatch, a watch-list only where
+	// the apiserver's WatchList feature is on (Target.WatchListDefaults).
+	Defaulted bool
 	// Reason names the outcome for metrics.
 	Reason string
 }
@@ -115,6 +119,7 @@ func Decide(rawQuery string) Decision {
 	if sendInitial == nil && !haveMatch && (rv == "" || rv == "0") {
 		t := true
 		sendInitial, rvMatch, haveMatch = &t, "NotOlderThan", true
+		d.Defaulted = true
 	}
 	// validateWatchOptions: anything it rejects is the apiserver's 422.
 	if sendInitial != nil && rvMatch != "NotOlderThan" {

@@ -77,6 +77,11 @@ type Target struct {
 	Namespace string
 	// Match selects objects (labels and fields); nil selects all.
 	Match func(*snapshot.Entry) bool
+	// WatchListDefaults: the apiserver turns a watch from resourceVersion
+	// "" or "0" without sendInitialEvents into a watch-list (its WatchList
+	// feature is on). Where it does not, such a watch has the older
+	// semantics (initial events with no end bookmark) and passes through.
+	WatchListDefaults bool
 	// Consistent proves a consistent read: the snapshot holding every
 	// change up to the returned resourceVersion. ok false passes the watch
 	// through. Required for InitialConsistent.
@@ -126,6 +131,9 @@ func (s *Server) PassedThrough(resource, reason string) {
 // response then simply ends, as the apiserver's does.
 func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Target) (bool, string) {
 	ctx := r.Context()
+	if d.Defaulted && !t.WatchListDefaults {
+		return false, "legacy_initial_events"
+	}
 	// A type whose bookmark cannot be built passes through up front.
 	if _, err := wire.BookmarkItem(t.Format, t.Type, "1", true); err != nil {
 		return false, "unsupported_type"

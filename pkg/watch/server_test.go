@@ -38,6 +38,10 @@ type got struct {
 	End  bool
 }
 
+// headerOldAPIServer makes the test server's target one of an apiserver
+// whose WatchList feature is off (Target.WatchListDefaults false).
+const headerOldAPIServer = "X-Test-Old-Apiserver"
+
 // serve starts a server answering every request as a watch of store with
 // the request's label selector.
 func serve(t *testing.T, store *snapshot.Store, m *Metrics) *httptest.Server {
@@ -56,7 +60,8 @@ func serveWith(t *testing.T, store *snapshot.Store, cfg Config) *httptest.Server
 			return
 		}
 		target := Target{Resource: "widgets.demo.listproxy.io", Format: wire.JSON, Type: widgetType, Store: store,
-			Match: func(e *snapshot.Entry) bool { return sel.Matches(e.Labels) }}
+			Match:             func(e *snapshot.Entry) bool { return sel.Matches(e.Labels) },
+			WatchListDefaults: r.Header.Get(headerOldAPIServer) == ""}
 		if ok, reason := srv.Serve(w, r, d, target); !ok {
 			http.Error(w, reason, http.StatusTeapot)
 		}
@@ -159,17 +164,28 @@ func TestServeWatchList(t *testing.T) {
 func TestServePassesThrough(t *testing.T) {
 	store := snapshot.NewStore(snapshot.StoreConfig{EventHistory: 2})
 	ts := serve(t, store, nil)
-	check := func(query, wantReason string) {
+	checkOld := func(query, wantReason string, old bool) {
 		t.Helper()
-		resp, err := http.Get(ts.URL + "?" + query)
+		req, err := http.NewRequest(http.MethodGet, ts.URL+"?"+query, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old {
+			req.Header.Set(headerOldAPIServer, "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusTeapot || string(b) != wantReason+"\n" {
-			t.Errorf("%s: %d %q, want pass through (%s)", query, resp.StatusCode, b, wantReason)
+			t.Errorf("%s (old apiserver %v): %d %q, want pass through (%s)", query, old, resp.StatusCode, b, wantReason)
 		}
+	}
+	check := func(query, wantReason string) {
+		t.Helper()
+		checkOld(query, wantReason, false)
 	}
 	check("watch=1&resourceVersion=0", "not_synced")
 	store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
@@ -179,6 +195,38 @@ func TestServePassesThrough(t *testing.T) {
 	check("watch=1&resourceVersion=11", "not_retained")
 	check("watch=1&resourceVersion=15", "resource_version_ahead")
 	check("watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=9999&timeoutSeconds=1", "not_older_than_timeout")
+	// Before WatchList, a watch from resourceVersion "" or "0" is not a
+	// watch-list: its initial events end without a bookmark. It is the
+	// apiserver's to answer.
+	checkOld("watch=1&resourceVersion=0&allowWatchBookmarks=true", "legacy_initial_events", true)
+	checkOld("watch=1&allowWatchBookmarks=true", "legacy_initial_events", true)
+}
+
+// TestServeWatchListOnOldAPIServer: an explicit watch-list is served from
+// the store even where the apiserver's WatchList feature is off (it would
+// refuse it), with the end-of-initial-events bookmark.
+func TestServeWatchListOnOldAPIServer(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
+	ts := serve(t, store, nil)
+	req, err := http.NewRequest(http.MethodGet, ts.URL+"?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds=600", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(headerOldAPIServer, "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d, want 200", resp.StatusCode)
+	}
+	d := wire.NewWatchDecoder(wire.JSON, resp.Body, wire.WatchOptions{})
+	want := []got{{wire.Added, "w1", "5", false}, {wire.Bookmark, "", "10", true}}
+	if diff := cmp.Diff(want, next(t, d, 2)); diff != "" {
+		t.Errorf("initial events (-want +got):\n%s", diff)
+	}
 }
 
 // waitEnded waits until n watches ended for reason (metrics are counted as

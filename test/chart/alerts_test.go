@@ -63,7 +63,7 @@ func alerts(t *testing.T) map[string]map[string]string {
 // (hack/build-prometheus.sh). It fails the test when it is missing.
 func promtool(t *testing.T) string {
 	t.Helper()
-	dir, err := framework.BinDir()
+	dir, err := framework.ToolsBinDir()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestDashboardAndAlertsInPrometheus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	binDir, err := framework.BinDir()
+	binDir, err := framework.ToolsBinDir()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,9 +51,11 @@ var watchAccept = map[wire.Format]string{
 	wire.MetaProtobuf: "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
 }
 
-// frame is one raw watch event as sent, and its decoded type.
+// frame is one raw watch event as sent, its decoded type and, for
+// bookmarks, resourceVersion.
 type frame struct {
 	typ wire.EventType
+	rv  string
 	raw []byte
 }
 
@@ -86,11 +90,22 @@ func (r *frameReader) next() (frame, error) {
 	if err != nil {
 		return frame{}, fmt.Errorf("decode frame %q: %w", raw, err)
 	}
-	return frame{typ: ev.Type, raw: raw}, nil
+	return frame{typ: ev.Type, rv: ev.ResourceVersion, raw: raw}, nil
 }
 
 // openWatch starts a watch and returns its frames; the body closes with ctx.
 func openWatch(ctx context.Context, t *testing.T, c rawClient, path string, q url.Values, f wire.Format) (*frameReader, http.Header) {
+	t.Helper()
+	r, hdr, refusal := openWatchOrRefusal(ctx, t, c, path, q, f)
+	if r == nil {
+		t.Fatalf("watch %s %v: %s", path, f, refusal)
+	}
+	return r, hdr
+}
+
+// openWatchOrRefusal starts a watch; a response other than 200 is returned
+// as its status line and body instead of frames.
+func openWatchOrRefusal(ctx context.Context, t *testing.T, c rawClient, path string, q url.Values, f wire.Format) (*frameReader, http.Header, string) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?"+q.Encode(), nil)
 	if err != nil {
@@ -105,7 +120,7 @@ func openWatch(ctx context.Context, t *testing.T, c rawClient, path string, q ur
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		t.Fatalf("watch %s %v: %d %s", path, f, resp.StatusCode, b)
+		return nil, nil, fmt.Sprintf("%d %s", resp.StatusCode, b)
 	}
 	context.AfterFunc(ctx, func() { resp.Body.Close() })
 	hdr := resp.Header.Clone()
@@ -113,12 +128,20 @@ func openWatch(ctx context.Context, t *testing.T, c rawClient, path string, q ur
 		// The transport asked for gzip and removed Content-Encoding.
 		hdr.Set("Content-Encoding", "gzip")
 	}
-	return &frameReader{format: f, br: bufio.NewReaderSize(resp.Body, 64<<10)}, hdr
+	return &frameReader{format: f, br: bufio.NewReaderSize(resp.Body, 64<<10)}, hdr, ""
 }
 
 // initialFrames reads frames up to and including the initial-events-end
 // bookmark and returns the ADDED ones.
 func initialFrames(t *testing.T, r *frameReader) []frame {
+	t.Helper()
+	added, _ := initialFramesRV(t, r)
+	return added
+}
+
+// initialFramesRV is initialFrames that also returns the initial-events-end
+// bookmark's resourceVersion.
+func initialFramesRV(t *testing.T, r *frameReader) ([]frame, string) {
 	t.Helper()
 	var added []frame
 	for {
@@ -131,7 +154,7 @@ func initialFrames(t *testing.T, r *frameReader) []frame {
 			added = append(added, fr)
 		case wire.Bookmark:
 			if strings.Contains(string(fr.raw), "initial-events-end") {
-				return added
+				return added, fr.rv
 			}
 		default:
 			t.Fatalf("initial events: unexpected %s", fr.typ)
@@ -157,7 +180,11 @@ func nextEvents(r *frameReader, n int) ([]frame, error) {
 // TestWatchDifferential sends the same watch-list to the apiserver and to
 // listproxy, per format and with a label selector: the initial objects and
 // then the events of the same writes must be byte-identical (bookmarks
-// excepted: their timing is each server's own).
+// excepted: their timing is each server's own). An apiserver whose WatchList
+// feature is off (before 1.34) refuses the watch-list, which listproxy
+// serves; then its initial objects must equal the apiserver's LIST at the
+// end bookmark's resourceVersion, framed as the apiserver frames watch
+// events, and its events the apiserver's watch from that resourceVersion.
 func TestWatchDifferential(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	createWidgetCRD(t, cp.AdminConfig)
@@ -206,13 +233,32 @@ func TestWatchDifferential(t *testing.T) {
 			if got := hdr.Get(httpapi.HeaderServedFrom); got != httpapi.SourceSnapshot {
 				t.Fatalf("%s: served from %q, want %q", name, got, httpapi.SourceSnapshot)
 			}
-			apir, apiHdr := openWatch(ctx, t, apic, path, q, f)
+			lpInit, lpRV := initialFramesRV(t, lpr)
+			var apiInit []frame
+			apir, apiHdr, refusal := openWatchOrRefusal(ctx, t, apic, path, q, f)
+			if apir != nil {
+				apiInit = initialFrames(t, apir)
+			} else {
+				if watchListServedBy(t, cp) {
+					t.Fatalf("%s: apiserver refused the watch-list: %s", name, refusal)
+				}
+				if !strings.Contains(refusal, "422 ") || !strings.Contains(refusal, "sendInitialEvents") {
+					t.Fatalf("%s: apiserver without WatchList answered %s, want its 422 on sendInitialEvents", name, refusal)
+				}
+				t.Logf("%s: the apiserver refuses watch-lists (%.60s); comparing with its LIST and watch at resourceVersion %s", name, refusal, lpRV)
+				typ := wire.ObjectType{GVK: corev1.SchemeGroupVersion.WithKind("Pod")}
+				if widget {
+					typ = wire.ObjectType{GVK: widgetGVR.GroupVersion().WithKind("Widget"), Custom: true}
+				}
+				apiInit = listAsWatchFrames(ctx, t, apic, path, q.Get("labelSelector"), lpRV, f, typ)
+				apir, apiHdr = openWatch(ctx, t, apic, path, url.Values{"watch": {"1"}, "resourceVersion": {lpRV},
+					"allowWatchBookmarks": {"true"}, "labelSelector": {q.Get("labelSelector")}, "timeoutSeconds": {"120"}}, f)
+			}
 			for _, h := range []string{"Content-Type", "Content-Encoding", "Cache-Control"} {
 				if hdr.Get(h) != apiHdr.Get(h) {
 					t.Errorf("%s: %s %q, apiserver %q", name, h, hdr.Get(h), apiHdr.Get(h))
 				}
 			}
-			lpInit, apiInit := initialFrames(t, lpr), initialFrames(t, apir)
 			if len(lpInit) != len(apiInit) || len(apiInit) == 0 {
 				t.Fatalf("%s: %d initial objects, apiserver %d", name, len(lpInit), len(apiInit))
 			}
@@ -284,6 +330,41 @@ func TestWatchDifferential(t *testing.T) {
 	if got := m.Sum("listproxy_watch_served_total"); got != float64(len(pairs)) {
 		t.Errorf("listproxy_watch_served_total = %v, want %d", got, len(pairs))
 	}
+}
+
+// watchListServedBy reports whether cp's apiserver serves watch-lists
+// itself: its WatchList feature is on by default from 1.34 (and in 1.32).
+func watchListServedBy(t *testing.T, cp *framework.ControlPlane) bool {
+	t.Helper()
+	v, err := cp.Clientset(framework.UserAdmin).Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minor, err := strconv.Atoi(strings.TrimSuffix(v.Minor, "+"))
+	if err != nil {
+		t.Fatalf("apiserver minor version %q: %v", v.Minor, err)
+	}
+	return minor == 32 || minor >= 34
+}
+
+// listAsWatchFrames lists path with labelSelector at exactly rv from c in
+// format f and returns each item as the ADDED watch frame the apiserver
+// would send for it.
+func listAsWatchFrames(ctx context.Context, t *testing.T, c rawClient, path, labelSelector, rv string, f wire.Format, typ wire.ObjectType) []frame {
+	t.Helper()
+	q := url.Values{"resourceVersion": {rv}, "resourceVersionMatch": {"Exact"}, "labelSelector": {labelSelector}}
+	code, _, body, err := c.get(ctx, path, q, formatAccept[f])
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("list %s at %s: %d %v %s", path, rv, code, err, body)
+	}
+	var out []frame
+	if _, err := wire.DecodeList(f, bytes.NewReader(body), func(item []byte) error {
+		out = append(out, frame{typ: wire.Added, raw: wire.AppendWatchEvent(nil, f, wire.Added, typ, item)})
+		return nil
+	}); err != nil {
+		t.Fatalf("decode list %s at %s: %v", path, rv, err)
+	}
+	return out
 }
 
 // TestWatchListInformers runs client-go informers with their defaults

@@ -1,7 +1,8 @@
 // Package framework runs a real control plane — etcd, kube-apiserver and
 // optionally kube-controller-manager — on free loopback ports for e2e tests
 // and for `make run`. Nothing here is a mock: the binaries are the pinned
-// builds in _output/bin (see hack/build-deps.sh).
+// builds of the release KUBE_VERSION selects, in _output/kube-vVERSION/bin
+// (see hack/build-deps.sh and package binaries).
 package framework
 
 import (
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/listproxy/listproxy/test/framework/binaries"
 	"github.com/listproxy/listproxy/test/framework/freeport"
 )
 
@@ -102,18 +104,23 @@ type ControlPlane struct {
 	kcm       *Process // guarded by mu; nil when stopped or not configured
 }
 
-// BinDir returns the directory holding etcd, kube-apiserver and
-// kube-controller-manager: $LISTPROXY_BIN_DIR if set, else <repo root>/_output/bin,
-// where the repo root is the nearest parent of the working directory with a go.mod.
+// BinDir returns the directory holding the selected Kubernetes release's
+// etcd, kube-apiserver, kube-controller-manager and kubectl (see
+// binaries.KubeDir: KUBE_VERSION picks the release).
 func BinDir() (string, error) {
-	if dir := os.Getenv("LISTPROXY_BIN_DIR"); dir != "" {
-		return filepath.Abs(dir)
-	}
-	root, err := RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, "_output", "bin"), nil
+	return binaries.KubeDir()
+}
+
+// KubeVersion returns the selected Kubernetes release, e.g. "1.37.2" (see
+// binaries.KubeVersion).
+func KubeVersion() (string, error) {
+	return binaries.KubeVersion()
+}
+
+// ToolsBinDir returns the directory holding the version-independent tools
+// (listproxy, prometheus, promtool, helm; see binaries.ToolsDir).
+func ToolsBinDir() (string, error) {
+	return binaries.ToolsDir()
 }
 
 // Kubectl returns the path of the pinned kubectl that `make deps` builds into
@@ -132,24 +139,9 @@ func Kubectl() (string, error) {
 	return path, nil
 }
 
-// RepoRoot returns the nearest parent of the working directory that holds a
-// go.mod. Test binaries run in their package directory, so this is the main
-// module's root (hack/tools has its own go.mod but nothing runs from there).
+// RepoRoot returns the main module's root (see binaries.RepoRoot).
 func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find repo root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("find repo root: no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return binaries.RepoRoot()
 }
 
 // StartControlPlane starts etcd, kube-apiserver and, if cfg.Controllers,

@@ -46,8 +46,12 @@ func TestControlPlane(t *testing.T) {
 		if err != nil {
 			t.Fatalf("server version: %v", err)
 		}
-		if v.GitVersion != "v1.36.3" {
-			t.Errorf("gitVersion = %q, want v1.36.3", v.GitVersion)
+		want, err := framework.KubeVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.GitVersion != "v"+want {
+			t.Errorf("gitVersion = %q, want v%s (KUBE_VERSION)", v.GitVersion, want)
 		}
 	})
 
@@ -126,7 +130,7 @@ func auditSaw(t *testing.T, cp *framework.ControlPlane, verb, resource, user str
 // fall-back to whatever kubectl the machine has.
 func TestKubectl(t *testing.T) {
 	t.Run("missing", func(t *testing.T) {
-		t.Setenv("LISTPROXY_BIN_DIR", t.TempDir())
+		t.Setenv("LISTPROXY_KUBE_BIN_DIR", t.TempDir())
 		if path, err := framework.Kubectl(); err == nil {
 			t.Errorf("Kubectl() with an empty bin dir = %q, want an error", path)
 		}
@@ -148,8 +152,12 @@ func TestKubectl(t *testing.T) {
 		if err := json.Unmarshal(out, &v); err != nil {
 			t.Fatalf("decode kubectl version: %v\n%s", err, out)
 		}
-		if v.ClientVersion.GitVersion != "v1.36.3" {
-			t.Errorf("kubectl client version = %q, want the pinned v1.36.3", v.ClientVersion.GitVersion)
+		want, err := framework.KubeVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.ClientVersion.GitVersion != "v"+want {
+			t.Errorf("kubectl client version = %q, want the pinned v%s", v.ClientVersion.GitVersion, want)
 		}
 	})
 }

@@ -25,7 +25,7 @@ var allowed = map[string][]string{
 	"pkg/watch":       {"pkg/snapshot", "pkg/wire"},
 	"pkg/auth":        {"pkg/httpapi"},
 	"pkg/consistency": {"pkg/snapshot", "pkg/wire", "pkg/httpapi"},
-	"pkg/freshness":   {"pkg/snapshot", "test/framework/freeport"},
+	"pkg/freshness":   {"pkg/snapshot", "test/framework/binaries", "test/framework/freeport"},
 	"pkg/paging":      {},
 	"pkg/snapshot":    {"pkg/gzstitch"},
 	// Test helpers over a package's exported API, for tests only.
@@ -35,7 +35,8 @@ var allowed = map[string][]string{
 	"pkg/httpapi":               {},
 
 	// Tests and tools run listproxy in process and may read any package.
-	"test/framework":          {"cmd/listproxy/app", "pkg/*", "test/framework/freeport"},
+	"test/framework":          {"cmd/listproxy/app", "pkg/*", "test/framework/binaries", "test/framework/freeport"},
+	"test/framework/binaries": {},
 	"test/framework/freeport": {},
 	"test/framework/seed":     {"test/framework"},
 	"test/e2e":                {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed"},

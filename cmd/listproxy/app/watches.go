@@ -24,6 +24,7 @@ func (s watchStores) Resolve(r *http.Request, labelSelector, fieldSelector strin
 	target := watch.Target{
 		Resource: t.Resource, Format: t.Format, Type: t.Type, Store: t.Store,
 		Namespace: t.Namespace, Match: t.Match, Consistent: t.Consistent, Reject: t.Reject,
+		WatchListDefaults: t.WatchListDefaults,
 	}
 	return target, t.Release, reason, ok
 }

@@ -1,4 +1,4 @@
-// Command etcd is the etcd server, built from the pinned go.etcd.io/etcd/server/v3.
+// Command etcd is the etcd server, built from this module's pinned go.etcd.io/etcd/server/v3.
 package main
 
 import (
