@@ -33,6 +33,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"consistent", b.consistent},
 		{"storm", b.informerStorm},
 		{"steady", b.steady},
+		{"cold", b.coldStorm},
 		{"memory", b.memoryChurn},
 	}
 	for _, s := range steps {

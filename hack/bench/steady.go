@@ -85,7 +85,7 @@ func (b *bench) steady(ctx context.Context) error {
 	res.Checks = []check{
 		{Name: "apiserver pod watches added by the watchers", Want: "none through listproxy (its stores watch once per format)", Got: p.APIServerWatches - base,
 			Text: fmt.Sprintf("%.0f through listproxy, %.0f direct (%.0f open before)", float64(p.APIServerWatches-base), float64(d.APIServerWatches-base), float64(base)),
-			Met: p.APIServerWatches <= base},
+			Met:  p.APIServerWatches <= base},
 		{Name: "delivery p99", Want: "≤ direct + 5 ms", Got: p.DelayP99 - d.DelayP99,
 			Text: fmt.Sprintf("%s vs %s", ms(float64(p.DelayP99)), ms(float64(d.DelayP99))), Met: p.DelayP99 <= d.DelayP99+0.005},
 		{Name: "memory per idle watcher", Want: "≤ 32 KiB", Got: res.IdleBytesPerWatcher,

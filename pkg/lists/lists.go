@@ -59,8 +59,18 @@ type Config struct {
 	History         time.Duration
 	HistoryMaxBytes int64
 	HistoryMaxRatio float64
-	// IdleTTL drops a store that served no LIST for this long.
+	// IdleTTL drops a store that served no LIST for this long; preloaded
+	// stores are never dropped as idle.
 	IdleTTL time.Duration
+	// Preload names the stores started when Run has read discovery and
+	// kept running (Ready).
+	Preload []Preload
+	// ColdStoreWait bounds how long a LIST or watch waits for its store's
+	// first list (the one sync in flight, started by the first request)
+	// instead of passing through beside it; past it the request gets what
+	// the apiserver's unready watch cache answers (cold.go). 0 does not
+	// wait.
+	ColdStoreWait time.Duration
 	// NotOlderThanWait bounds the wait for a snapshot to reach a requested
 	// resourceVersion; past it the request passes through. Upstream's watch
 	// cache waits 3s.
@@ -118,11 +128,16 @@ type Config struct {
 // for listproxy yet.
 func DefaultConfig() Config {
 	return Config{
-		History:               150 * time.Second,
-		HistoryMaxBytes:       1 << 30,
-		HistoryMaxRatio:       0.1,
-		IdleTTL:               15 * time.Minute,
-		NotOlderThanWait:      3 * time.Second,
+		History:          150 * time.Second,
+		HistoryMaxBytes:  1 << 30,
+		HistoryMaxRatio:  0.1,
+		IdleTTL:          15 * time.Minute,
+		NotOlderThanWait: 3 * time.Second,
+		// Not measured: room for a first list of tens of thousands of
+		// objects on a busy machine, under the apiserver's 60s request
+		// timeout. A client that gets the 429 after it retries (client-go
+		// does, after Retry-After).
+		ColdStoreWait:         30 * time.Second,
 		ScanBudget:            100000,
 		DiscoveryInterval:     10 * time.Second,
 		ConsistentReadTimeout: freshness.DefaultProofTimeout,
@@ -159,6 +174,8 @@ type Lists struct {
 	mu     sync.RWMutex
 	stores map[storeKey]*storeEntry // guarded by mu
 
+	preload preloadState
+
 	consistency *consistency.Checker // compares the stores with the apiserver
 }
 
@@ -180,6 +197,11 @@ type storeEntry struct {
 	feeder   *snapshot.Feeder
 	// lagCheck is true while a check that the store catches up runs (lag.go).
 	lagCheck atomic.Bool
+	// preloaded stores (Config.Preload) are never dropped as idle.
+	preloaded atomic.Bool
+	// started is when the store started: how long a store that has not
+	// synced has been unready (cold.go).
+	started time.Time
 
 	// prover proves what the store must hold for consistent, exact and
 	// not-older-than reads with etcd.
@@ -239,6 +261,9 @@ func (l *Lists) Run(ctx context.Context) {
 	if l.cfg.Freshness != nil {
 		go l.compactionLoop(ctx)
 	}
+	if len(l.cfg.Preload) > 0 {
+		go l.preloadLoop(ctx)
+	}
 	if l.cfg.IdleTTL > 0 {
 		go l.janitor(ctx)
 	}
@@ -280,7 +305,7 @@ func (l *Lists) janitor(ctx context.Context) {
 		cutoff := time.Now().Add(-l.cfg.IdleTTL)
 		l.mu.Lock()
 		for k, e := range l.stores {
-			if e.watchers.Load() == 0 && time.Unix(0, e.lastUsed.Load()).Before(cutoff) {
+			if !e.preloaded.Load() && e.watchers.Load() == 0 && time.Unix(0, e.lastUsed.Load()).Before(cutoff) {
 				l.dropLocked(k, e, "idle")
 			}
 		}
@@ -361,7 +386,7 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 	})
 	source := &apiSource{client: l.client, host: strings.TrimSuffix(l.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
 	ctx, cancel := context.WithCancel(l.ctx)
-	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel}
+	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel, started: time.Now()}
 	feeder := snapshot.NewFeeder(snapshot.FeederConfig{
 		Store:          store,
 		Source:         source,

@@ -124,9 +124,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		// Our continue token: the snapshot at its RV; a newer replica's
 		// token is proven with etcd; 410 once etcd compacted it; else the
 		// apiserver continues the list at the same RV.
-		entry, ok := l.syncedStore(req)
+		entry, ok := l.readyStore(ctx, req)
 		if !ok {
-			return pass(ReasonNotSynced)
+			return l.notReady(req, entry)
 		}
 		// A token from another replica may be at a revision this one has
 		// not seen.
@@ -152,9 +152,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		if l.cfg.Freshness == nil {
 			return pass(ReasonNoEtcd)
 		}
-		entry, ok := l.syncedStore(req)
+		entry, ok := l.readyStore(ctx, req)
 		if !ok {
-			return pass(ReasonNotSynced)
+			return l.notReady(req, entry)
 		}
 		snap, rv, outcome := entry.prover.Consistent(ctx)
 		if snap == nil {
@@ -167,9 +167,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 
 	case paging.ServeLatest:
 		// resourceVersion="0": the latest snapshot, no wait.
-		entry, ok := l.syncedStore(req)
+		entry, ok := l.readyStore(ctx, req)
 		if !ok {
-			return pass(ReasonNotSynced)
+			return l.notReady(req, entry)
 		}
 		snap, rv, err := entry.store.Latest()
 		if err != nil {
@@ -180,9 +180,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 	case paging.ServeNotOlderThan:
 		// resourceVersion=N, NotOlderThan: the latest snapshot once it
 		// reaches N; 504 when etcd itself is behind N; else pass through.
-		entry, ok := l.syncedStore(req)
+		entry, ok := l.readyStore(ctx, req)
 		if !ok {
-			return pass(ReasonNotSynced)
+			return l.notReady(req, entry)
 		}
 		snap, rv, err := entry.prover.NotOlderThan(ctx, d.RV, l.cfg.NotOlderThanWait)
 		var tooLarge *freshness.TooLargeError
@@ -197,9 +197,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 	case paging.ServeExact:
 		// resourceVersion=N, Exact: the retained snapshot holding the
 		// state at N.
-		entry, ok := l.syncedStore(req)
+		entry, ok := l.readyStore(ctx, req)
 		if !ok {
-			return pass(ReasonNotSynced)
+			return l.notReady(req, entry)
 		}
 		// May be newer than the store has seen (a reflector relisting at an
 		// RV from its watch through the apiserver).
@@ -228,14 +228,4 @@ func (l *Lists) stateAt(ctx context.Context, entry *storeEntry, rv uint64) (*sna
 		snap, err = entry.prover.At(ctx, rv)
 	}
 	return snap, err
-}
-
-// syncedStore returns the request's store, starting it on first demand,
-// if it has synced.
-func (l *Lists) syncedStore(req listRequest) (*storeEntry, bool) {
-	entry, ok := l.storeFor(req.info, req.format)
-	if !ok || !entry.store.Synced() {
-		return nil, false
-	}
-	return entry, true
 }

@@ -65,6 +65,9 @@ type registry struct {
 	resources map[schema.GroupVersionResource]*resourceInfo // guarded by mu
 	major     int                                           // guarded by mu; the apiserver's release, 0 when unknown
 	minor     int                                           // guarded by mu
+	// preferredGV is each group's preferred version in discovery, guarded
+	// by mu.
+	preferredGV map[string]string
 }
 
 var crdGVR = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
@@ -76,10 +79,30 @@ func (r *registry) lookup(gvr schema.GroupVersionResource) (*resourceInfo, bool)
 	return info, ok
 }
 
+// preferred returns a cacheable resource in its group's preferred version,
+// or, when that version does not serve it, in its most preferred
+// cacheable version by Kubernetes version order (v2, v1, v1beta1, ...).
+func (r *registry) preferred(gr schema.GroupResource) (*resourceInfo, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if v, ok := r.preferredGV[gr.Group]; ok {
+		if info, ok := r.resources[gr.WithVersion(v)]; ok {
+			return info, true
+		}
+	}
+	var best *resourceInfo
+	for gvr, info := range r.resources {
+		if gvr.GroupResource() == gr && (best == nil || version.CompareKubeAwareVersionStrings(gvr.Version, best.GVR.Version) > 0) {
+			best = info
+		}
+	}
+	return best, best != nil
+}
+
 // refresh re-reads discovery and the CRDs. It returns the resources whose
 // stores must be dropped: gone or changed.
 func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, error) {
-	_, lists, err := r.discovery.ServerGroupsAndResources()
+	groups, lists, err := r.discovery.ServerGroupsAndResources()
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
@@ -129,9 +152,20 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 			next[gvr] = info
 		}
 	}
+	preferredGV := map[string]string{}
+	for _, g := range groups {
+		if g != nil {
+			preferredGV[g.Name] = g.PreferredVersion.Version
+		}
+	}
 	r.mu.Lock()
 	r.major, r.minor = major, minor
 	if partial {
+		for g, v := range r.preferredGV {
+			if _, ok := preferredGV[g]; !ok {
+				preferredGV[g] = v
+			}
+		}
 		for gvr, old := range r.resources {
 			if _, ok := next[gvr]; !ok {
 				next[gvr] = old
@@ -145,6 +179,7 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 		}
 	}
 	r.resources = next
+	r.preferredGV = preferredGV
 	r.mu.Unlock()
 	return dropped, nil
 }

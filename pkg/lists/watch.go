@@ -46,6 +46,10 @@ type WatchTarget struct {
 	Holds func(ctx context.Context, rv uint64) bool
 	// Release ends the watch's hold on the store.
 	Release func()
+	// Reject, set when ResolveWatch returns ok false for a store that did
+	// not sync within Config.ColdStoreWait, writes the apiserver's answer
+	// for an unready watch cache (429) instead of passing through.
+	Reject func(http.ResponseWriter)
 }
 
 // CacheableWatch reports, without side effects, whether r is a watch of a
@@ -60,7 +64,8 @@ func (l *Lists) CacheableWatch(r *http.Request, labelSelector, fieldSelector str
 }
 
 // ResolveWatch returns the synced store and scope of the watch r, starting
-// the store on first demand, or ok false (pass through) and why. The store
+// the store on first demand and waiting for its first list up to
+// Config.ColdStoreWait, or ok false (pass through, or Reject) and why. The store
 // is held (never idle) until Release is called.
 func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector string) (WatchTarget, string, bool) {
 	req, reason, ok := l.parseWatch(r, labelSelector, fieldSelector)
@@ -73,8 +78,17 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 	}
 	resource := req.info.GVR.GroupResource().String()
 	entry, ok := l.storeFor(req.info, req.format)
-	if !ok || !entry.store.Synced() {
+	if !ok {
 		return WatchTarget{Resource: resource}, string(ReasonNotSynced), false
+	}
+	if !awaitSynced(r.Context(), entry, l.cfg.ColdStoreWait) {
+		// As the apiserver's unready watch cache: 429 (cold.go), unless the
+		// store's list is failing.
+		t := WatchTarget{Resource: resource}
+		if !listFailing(entry) && r.Context().Err() == nil {
+			t.Reject = writeNotReady(entry)
+		}
+		return t, string(ReasonNotSynced), false
 	}
 	entry.watchers.Add(1)
 	t := WatchTarget{

@@ -90,12 +90,19 @@ func (h *Handler) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	writePlain(w, http.StatusOK, "ok")
 }
 
-// serveReadyz answers 200 "ok" while the apiserver is ready and listproxy is
-// not shutting down, else 503 with the reason.
+// serveReadyz answers 200 "ok" while the apiserver is ready, listproxy's own
+// check (Config.Ready: discovery read, preloaded stores synced) passes and listproxy is not
+// shutting down, else 503 with the reason.
 func (h *Handler) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	if h.draining.Load() {
 		writePlain(w, http.StatusServiceUnavailable, "[-]shutdown failed: listproxy is shutting down\nreadyz check failed")
 		return
+	}
+	if h.ownReady != nil {
+		if err := h.ownReady(); err != nil {
+			writePlain(w, http.StatusServiceUnavailable, fmt.Sprintf("[-]snapshots failed: %v\nreadyz check failed", err))
+			return
+		}
 	}
 	if err := h.ready.check(); err != nil {
 		writePlain(w, http.StatusServiceUnavailable, fmt.Sprintf("[-]apiserver failed: %v\nreadyz check failed", err))

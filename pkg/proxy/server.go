@@ -88,6 +88,9 @@ type Config struct {
 	// prometheus.Gatherer (as *prometheus.Registry is); otherwise /metrics
 	// answers 404.
 	Gatherer prometheus.Gatherer
+	// Ready, when set, is part of /readyz: listproxy is not ready while it
+	// returns an error (discovery not read, preloaded stores not synced).
+	Ready func() error
 	// Clock times requests and expires cached readiness. Nil: the real clock.
 	Clock clock.PassiveClock
 	// Debug serves DebugPathPrefix+NAME with Debug[NAME] (for example
@@ -115,6 +118,7 @@ type Handler struct {
 	debug     map[string]http.Handler
 	pass      *passthrough
 	ready     *readiness
+	ownReady  func() error // Config.Ready; nil is always ready
 	metrics   *metrics
 	metricsH  http.Handler
 	profiling bool // serve pathPprof
@@ -166,6 +170,7 @@ func NewHandler(cfg Config) (*Handler, error) {
 		debug:     cfg.Debug,
 		pass:      pass,
 		ready:     newReadiness(pass.transport, pass.target, clk),
+		ownReady:  cfg.Ready,
 		metrics:   m,
 		clock:     clk,
 		profiling: cfg.Profiling,

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -147,6 +148,31 @@ func TestReadyz(t *testing.T) {
 		if got := probes.Load(); got != s.wantProbes {
 			t.Errorf("%s: upstream probed %d times, want %d", s.name, got, s.wantProbes)
 		}
+	}
+}
+
+// Config.Ready (discovery read, preloaded stores synced) is part of
+// /readyz.
+func TestReadyzOwnCheck(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer up.Close()
+	var cold atomic.Bool
+	cold.Store(true)
+	p := startProxy(t, &rest.Config{Host: up.URL}, Config{Ready: func() error {
+		if cold.Load() {
+			return errors.New("store pods has not synced yet")
+		}
+		return nil
+	}})
+	resp, body := p.get(t, "/readyz", nil)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "store pods has not synced yet") {
+		t.Errorf("GET /readyz with a cold store = %d %q, want 503 naming it", resp.StatusCode, body)
+	}
+	cold.Store(false)
+	if resp, body := p.get(t, "/readyz", nil); resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /readyz once synced = %d %q, want 200", resp.StatusCode, body)
 	}
 }
 

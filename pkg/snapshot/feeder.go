@@ -152,6 +152,8 @@ type Feeder struct {
 	watchID atomic.Uint64
 	// watches counts the watches opened; Run's goroutine only.
 	watches uint64
+	// listFailing is true from a failed list until the next list succeeds.
+	listFailing atomic.Bool
 
 	// mu guards abandon.
 	mu sync.Mutex
@@ -185,6 +187,12 @@ func NewFeeder(cfg FeederConfig) *Feeder {
 // until StallTimeout abandons it.
 func (f *Feeder) Watching() bool { return f.WatchID() != 0 }
 
+// ListFailing reports whether the feeder's last list failed (it is
+// backing off before the next attempt). Readers of a store that has not
+// synced use it to tell a first list in flight, worth waiting for, from one
+// that keeps failing (for example: listproxy may not list the resource).
+func (f *Feeder) ListFailing() bool { return f.listFailing.Load() }
+
 // WatchID identifies the open watch for Restart: a value of its own for
 // every watch, 0 while none is open.
 func (f *Feeder) WatchID() uint64 { return f.watchID.Load() }
@@ -214,6 +222,7 @@ func (f *Feeder) Run(ctx context.Context) {
 	for ctx.Err() == nil {
 		if rv == "" {
 			listRV, err := f.list(ctx)
+			f.listFailing.Store(err != nil && ctx.Err() == nil)
 			if errors.Is(err, ErrNotFound) {
 				f.cfg.Store.Unsync()
 			}

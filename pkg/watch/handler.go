@@ -15,8 +15,8 @@ type Stores interface {
 	// Resolve returns the synced store and scope of r, starting the store
 	// on first demand, and a release function the caller calls when the
 	// watch ends (a store with watchers is never idle). ok false passes the
-	// watch through; reason says why and Target.Resource names the resource
-	// when known.
+	// watch through, or, with Target.Reject set, answers it with Reject;
+	// reason says why and Target.Resource names the resource when known.
 	Resolve(r *http.Request, labelSelector, fieldSelector string) (t Target, release func(), reason string, ok bool)
 }
 
@@ -66,6 +66,10 @@ func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	t, release, reason, ok := h.stores.Resolve(r, d.LabelSelector, d.FieldSelector)
+	if !ok && t.Reject != nil {
+		t.Reject(w)
+		return true
+	}
 	if !ok {
 		h.srv.PassedThrough(t.Resource, reason)
 		return false

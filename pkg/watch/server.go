@@ -109,6 +109,10 @@ type Target struct {
 	// served from the store's feed. Nil, or false, passes such a watch
 	// through.
 	Holds func(ctx context.Context, rv uint64) bool
+	// Reject, when Stores.Resolve returns ok false with it set, answers the
+	// watch instead of passing it through (a store that did not sync in
+	// time gets the apiserver's 429 for an unready watch cache).
+	Reject func(http.ResponseWriter)
 }
 
 // Server serves watches from snapshot stores.

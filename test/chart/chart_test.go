@@ -76,8 +76,14 @@ var variants = []variant{
 				"--listen-address=0.0.0.0:8443",
 				"--authentication=delegated",
 				"--resources=*",
+				"--preload=pods,nodes,configmaps,secrets,services,endpointslices.discovery.k8s.io",
+				"--shutdown-delay=5s",
+				"--shutdown-grace-period=20s",
 				"--continue-token-keys-file=/etc/listproxy/continue-token-keys/keys",
 			}, []string{"--etcd-servers", "--tls-cert-file", "--authentication=none"})
+			if got := d.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != 30 {
+				t.Errorf("terminationGracePeriodSeconds = %v, want 30 (above the shutdown delay and grace period)", got)
+			}
 			checkHardening(t, d, c)
 			checkProbes(t, c)
 			checkAntiAffinity(t, d)
@@ -143,8 +149,9 @@ var variants = []variant{
 		name: "service_resource_list",
 		args: []string{"--set", "cache.resources={pods,configmaps,deployments.apps,replicasets.apps,widgets.example.com}"},
 		check: func(t *testing.T, r rendered) {
+			// Only the preloaded resources that are cached.
 			wantArgs(t, listproxyContainer(t, r.deployment(t)),
-				[]string{"--resources=pods,configmaps,deployments.apps,replicasets.apps,widgets.example.com"}, nil)
+				[]string{"--resources=pods,configmaps,deployments.apps,replicasets.apps,widgets.example.com", "--preload=pods,configmaps"}, nil)
 			want := []rbacv1.PolicyRule{
 				{APIGroups: []string{""}, Resources: []string{"configmaps", "pods"}, Verbs: []string{"list", "watch"}},
 				{APIGroups: []string{"apps"}, Resources: []string{"deployments", "replicasets"}, Verbs: []string{"list", "watch"}},
@@ -156,7 +163,7 @@ var variants = []variant{
 	},
 	{
 		name: "sidecar_single_tenant",
-		args: []string{"--set", "mode=sidecar", "--set", "cache.resources={pods,nodes}"},
+		args: []string{"--set", "mode=sidecar", "--set", "cache.resources={pods,nodes}", "--set", "cache.preload=null"},
 		check: func(t *testing.T, r rendered) {
 			d := r.deployment(t)
 			c := listproxyContainer(t, d)
@@ -164,7 +171,7 @@ var variants = []variant{
 				"--listen-address=127.0.0.1:8001",
 				"--authentication=none",
 				"--resources=pods,nodes",
-			}, []string{"--authentication=delegated", "--listen-address=0.0.0.0:8443"})
+			}, []string{"--authentication=delegated", "--listen-address=0.0.0.0:8443", "--preload"})
 			checkHardening(t, d, c)
 			if c.LivenessProbe != nil || c.ReadinessProbe != nil {
 				t.Error("sidecar mode sets HTTP probes; kubelet cannot reach a loopback listener")

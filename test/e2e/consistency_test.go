@@ -100,7 +100,7 @@ func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *co
 
 // TestConsistencyCheck corrupts the JSON pods snapshot and checks through
 // the debug endpoint: the mismatch is reported with its diff and counted,
-// every pods store is dropped, the next LIST passes through, and the fresh
+// every pods store is dropped, the next LIST waits for a fresh one, and the fresh
 // snapshot equals the apiserver again.
 func TestConsistencyCheck(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
@@ -158,10 +158,10 @@ func TestConsistencyCheck(t *testing.T) {
 		}
 	}
 
-	t.Log("the next LIST passes through; a fresh snapshot then equals the apiserver")
+	t.Log("the next LIST waits for a fresh snapshot (--cold-store-wait), which equals the apiserver")
 	_, hdr, _, err := lpc.get(ctx, "/api/v1/pods", url.Values{"resourceVersion": {"0"}}, acceptJSON)
-	if err != nil || hdr.Get(httpapi.HeaderServedFrom) != httpapi.SourceAPIServer {
-		t.Errorf("first LIST after the drop: %s=%q, %v; want it passed through", httpapi.HeaderServedFrom, hdr.Get(httpapi.HeaderServedFrom), err)
+	if err != nil || hdr.Get(httpapi.HeaderServedFrom) != httpapi.SourceSnapshot {
+		t.Errorf("first LIST after the drop: %s=%q, %v; want it served from the new store once synced", httpapi.HeaderServedFrom, hdr.Get(httpapi.HeaderServedFrom), err)
 	}
 	var body []byte
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {

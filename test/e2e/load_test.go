@@ -110,7 +110,7 @@ func TestLoad(t *testing.T) {
 	}
 	t.Logf("gzip chunks built in %v", time.Since(begin).Round(time.Millisecond))
 
-	t.Run("storm", func(t *testing.T) { testLoadStorm(ctx, t, lp, n) })
+	t.Run("storm", func(t *testing.T) { testLoadStorm(ctx, t, cp, lp, n) })
 	t.Run("slow_reader", func(t *testing.T) { testLoadSlowReader(ctx, t, cp, lp, n) })
 }
 
@@ -156,10 +156,11 @@ func loadPodJSON(name string, i int) string {
 
 // testLoadStorm: 200 concurrent full LISTs against a listproxy whose bounds
 // admit a few at a time. Every answer is a complete list of every pod or a
-// 429 with Retry-After and a Status, none passes through, and the Go heap of
+// 429 with Retry-After and a Status, none passes through (the apiserver's
+// audit log shows no LIST of pods meanwhile), and the Go heap of
 // this process (listproxy runs in it) stays within a bound that does not
 // depend on the number of clients.
-func testLoadStorm(ctx context.Context, t *testing.T, lp *framework.Listproxy, n int) {
+func testLoadStorm(ctx context.Context, t *testing.T, cp *framework.ControlPlane, lp *framework.Listproxy, n int) {
 	const path = "/api/v1/pods"
 	// The bytes of a full list decide how many the byte bound admits at once.
 	listBytes := framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_snapshot_bytes", `resource="pods"`, `format="json"`)
@@ -168,6 +169,7 @@ func testLoadStorm(ctx context.Context, t *testing.T, lp *framework.Listproxy, n
 	// Live heap with the snapshots loaded and nothing in flight.
 	runtime.GC()
 	baseline := heapLive()
+	apiserverListsBefore := apiserverLists(t, cp, "pods")
 
 	transport := &http.Transport{MaxIdleConnsPerHost: loadStormClients, DisableCompression: true}
 	defer transport.CloseIdleConnections()
@@ -249,6 +251,12 @@ func testLoadStorm(ctx context.Context, t *testing.T, lp *framework.Listproxy, n
 	}
 	if peak.objects > bound {
 		t.Errorf("Go heap peaked at %d MiB during the storm, want at most %d MiB ((1 + GOGC/100) × (%d MiB live before + %d MiB in flight))", peak.objects>>20, bound>>20, baseline>>20, allowance>>20)
+	}
+
+	// The apiserver saw none of the storm (its audit log: every LIST of
+	// pods it served).
+	if got := apiserverLists(t, cp, "pods") - apiserverListsBefore; got != 0 {
+		t.Errorf("the apiserver served %d LISTs of pods during the storm, want 0", got)
 	}
 
 	// Everything admitted was released.

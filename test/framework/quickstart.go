@@ -33,8 +33,9 @@ const QuickStartOffloadPattern = `^listproxy_http_requests_total{.*verb="list"`
 
 // WarmList polls a JSON LIST of path (e.g. /api/v1/pods) at resourceVersion 0
 // through the listproxy at baseURL until a snapshot answers it: listproxy
-// fills a resource's store on its first LIST, which passes through until the
-// store is synced. It gives up after a minute or when ctx ends.
+// fills a resource's store on its first LIST, which waits for that (up to
+// --cold-store-wait) and passes through past it (limit=1, no selector). It
+// gives up after a minute or when ctx ends.
 func WarmList(ctx context.Context, client *http.Client, baseURL, path string) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {

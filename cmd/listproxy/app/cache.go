@@ -30,6 +30,8 @@ import (
 // CacheOptions are the flags of snapshot serving and consistent reads.
 type CacheOptions struct {
 	Resources               []string
+	Preload                 []string
+	ColdStoreWait           time.Duration
 	SnapshotHistory         time.Duration
 	SnapshotHistoryMaxBytes int64
 	SnapshotHistoryMaxRatio float64
@@ -68,6 +70,7 @@ func newCacheOptions() CacheOptions {
 	d := lists.DefaultConfig()
 	return CacheOptions{
 		Resources:                []string{"*"},
+		ColdStoreWait:            d.ColdStoreWait,
 		SnapshotHistory:          d.History,
 		SnapshotHistoryMaxBytes:  d.HistoryMaxBytes,
 		SnapshotHistoryMaxRatio:  d.HistoryMaxRatio,
@@ -98,6 +101,10 @@ func newCacheOptions() CacheOptions {
 func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Resources, "resources", o.Resources,
 		"Resources served from snapshots, as RESOURCE[.GROUP] (pods, deployments.apps, widgets.example.com), or * for every resource discovery reports with list and watch. Empty: pass everything through.")
+	fs.StringSliceVar(&o.Preload, "preload", o.Preload,
+		"Stores started when listproxy starts, as RESOURCE[.GROUP][/FORMAT] in the resource's preferred version, FORMAT json, protobuf, meta-json or meta-protobuf; without FORMAT, protobuf for built-in resources and json for custom ones, what client-go's typed clients and informers ask for (e.g. pods,pods/json,endpointslices.discovery.k8s.io). /readyz fails until each has completed its first list, so a Service sends nothing to a replica with cold stores; they are never dropped as idle. Empty: every store starts on its first request.")
+	fs.DurationVar(&o.ColdStoreWait, "cold-store-wait", o.ColdStoreWait,
+		"How long a LIST or watch of a store that has not synced yet waits for its first list (started by the first request) instead of passing through beside it. Past it: a LIST with a limit and no selectors passes through, any other LIST or watch gets 429 with Retry-After, as the apiserver answers while its watch cache initializes. 0 does not wait.")
 	fs.DurationVar(&o.SnapshotHistory, "snapshot-history", o.SnapshotHistory,
 		"How long superseded snapshots are kept for exact-resourceVersion reads and continue tokens.")
 	fs.Int64Var(&o.SnapshotHistoryMaxBytes, "snapshot-history-max-bytes", o.SnapshotHistoryMaxBytes,
@@ -153,7 +160,16 @@ func (o *CacheOptions) validate() []error {
 	if o.ConsistentReadFallback != "apiserver" && o.ConsistentReadFallback != "reject" {
 		errs = append(errs, fmt.Errorf("--consistent-read-fallback: must be apiserver or reject, got %q", o.ConsistentReadFallback))
 	}
-	for name, d := range map[string]time.Duration{"--snapshot-history": o.SnapshotHistory, "--idle-resource-ttl": o.IdleResourceTTL, "--not-older-than-wait": o.NotOlderThanWait, "--list-queue-wait": o.ListQueueWait, "--list-write-timeout": o.ListWriteTimeout, "--watch-write-timeout": o.WatchWriteTimeout} {
+	if preload, err := lists.ParsePreload(o.Preload); err != nil {
+		errs = append(errs, fmt.Errorf("--preload: %w", err))
+	} else {
+		for _, p := range preload {
+			if !lists.ResourceFilter(o.Resources).Allows(p.Resource) {
+				errs = append(errs, fmt.Errorf("--preload: %s is not served (--resources)", p))
+			}
+		}
+	}
+	for name, d := range map[string]time.Duration{"--cold-store-wait": o.ColdStoreWait, "--snapshot-history": o.SnapshotHistory, "--idle-resource-ttl": o.IdleResourceTTL, "--not-older-than-wait": o.NotOlderThanWait, "--list-queue-wait": o.ListQueueWait, "--list-write-timeout": o.ListWriteTimeout, "--watch-write-timeout": o.WatchWriteTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", name, d))
 		}
@@ -250,8 +266,14 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 	if err != nil {
 		return nil, nil, err
 	}
+	preload, err := lists.ParsePreload(o.Preload)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--preload: %w", err)
+	}
 	lcfg := lists.Config{
 		Upstream:              cfg.Upstream,
+		Preload:               preload,
+		ColdStoreWait:         o.ColdStoreWait,
 		Resources:             lists.ResourceFilter(o.Resources),
 		Keys:                  keys,
 		History:               o.SnapshotHistory,

@@ -46,12 +46,14 @@ func Run(ctx context.Context, cfg *Config) error {
 	listServer := cfg.Lists
 	var debug map[string]http.Handler
 	var watches proxy.WatchServer
+	var ready func() error
 	if listServer == nil && cfg.Cache != nil {
 		l, w, err := startCache(cacheCtx, cfg, reg)
 		if err != nil {
 			return err
 		}
 		listServer = l
+		ready = l.Ready
 		debug = map[string]http.Handler{"consistency": consistency.Handler(l.Consistency())}
 		if w != nil {
 			watches = w
@@ -59,7 +61,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	}
 	h, err := proxy.NewHandler(proxy.Config{
 		Upstream: cfg.Upstream, Lists: listServer, Watches: watches, Registry: reg, Auth: cfg.Auth, Debug: debug, Profiling: cfg.Profiling,
-		AcceptHosts: cfg.Origins.AcceptHosts, RejectCrossOrigin: cfg.Origins.RejectCrossOrigin,
+		AcceptHosts: cfg.Origins.AcceptHosts, RejectCrossOrigin: cfg.Origins.RejectCrossOrigin, Ready: ready,
 	})
 	if err != nil {
 		return err

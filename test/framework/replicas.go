@@ -1,0 +1,258 @@
+package framework
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/listproxy/listproxy/test/framework/freeport"
+)
+
+// BuildListproxy builds the listproxy command of this repository into dir
+// and returns the binary's path.
+func BuildListproxy(dir string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("go not found on PATH to build listproxy: %w", err)
+	}
+	bin := filepath.Join(dir, "listproxy")
+	build := exec.Command(goTool, "build", "-o", bin, "./cmd/listproxy")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/listproxy: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Replica is one listproxy process of a ReplicaSet, on a fixed loopback
+// port that outlives its restarts.
+type Replica struct {
+	Index   int
+	Addr    string // 127.0.0.1:PORT
+	LogFile string
+
+	mu      sync.Mutex
+	proc    *Process // guarded by mu
+	peakRSS int64    // guarded by mu: the largest VmHWM of its processes
+	starts  int      // guarded by mu
+}
+
+// URL is the replica's own address as an http URL.
+func (r *Replica) URL() string { return "http://" + r.Addr }
+
+// Process returns the running process (nil while stopped).
+func (r *Replica) Process() *Process {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.proc
+}
+
+// Starts returns how many times the replica was started.
+func (r *Replica) Starts() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.starts
+}
+
+// PeakRSS returns the largest resident set (VmHWM) any of the replica's
+// processes reached, in bytes, sampling the running one now.
+func (r *Replica) PeakRSS() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sampleLocked()
+	return r.peakRSS
+}
+
+func (r *Replica) sampleLocked() {
+	if r.proc == nil {
+		return
+	}
+	if hwm, err := vmHWM(r.proc.Pid()); err == nil {
+		r.peakRSS = max(r.peakRSS, hwm)
+	}
+}
+
+// vmHWM reads a process's peak resident set size from /proc.
+func vmHWM(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = f.Close() }()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
+}
+
+// ReplicaSet is N listproxy processes (the binary of this repository) in
+// front of one control plane, sharing one continue-token key file, behind a
+// Balancer: what the Helm chart's Deployment and Service run.
+type ReplicaSet struct {
+	Replicas []*Replica
+	Balancer *Balancer
+	// KeyFile is the shared --continue-token-keys-file.
+	KeyFile string
+
+	bin  string
+	args []string
+}
+
+// StartReplicaSet builds listproxy, starts n replicas with args (plus
+// --kubeconfig, --listen-address and --continue-token-keys-file) in dir,
+// waits until each is ready, and starts a Balancer in front of them. Stop
+// ends them.
+func StartReplicaSet(ctx context.Context, cp *ControlPlane, dir string, n int, args ...string) (*ReplicaSet, error) {
+	bin, err := BuildListproxy(dir)
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(dir, "upstream.kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig, "", UserAdmin, false); err != nil {
+		return nil, err
+	}
+	keyFile := filepath.Join(dir, "continue-token-keys")
+	if err := WriteContinueTokenKeyFile(keyFile); err != nil {
+		return nil, err
+	}
+	ports, err := freeport.Ports(n)
+	if err != nil {
+		return nil, err
+	}
+	rs := &ReplicaSet{KeyFile: keyFile, bin: bin,
+		args: append([]string{"--kubeconfig=" + kubeconfig, "--continue-token-keys-file=" + keyFile}, args...)}
+	var backends []string
+	for i, port := range ports {
+		r := &Replica{Index: i, Addr: "127.0.0.1:" + strconv.Itoa(port), LogFile: filepath.Join(dir, fmt.Sprintf("listproxy-%d.log", i))}
+		rs.Replicas = append(rs.Replicas, r)
+		backends = append(backends, r.Addr)
+	}
+	for i := range rs.Replicas {
+		if err := rs.Start(ctx, i); err != nil {
+			_ = rs.Stop()
+			return nil, err
+		}
+	}
+	if rs.Balancer, err = StartBalancer(backends); err != nil {
+		_ = rs.Stop()
+		return nil, err
+	}
+	return rs, nil
+}
+
+// Start starts replica i (stopped) and waits until its /readyz answers 200.
+func (rs *ReplicaSet) Start(ctx context.Context, i int) error {
+	r := rs.Replicas[i]
+	r.mu.Lock()
+	if r.proc != nil {
+		r.mu.Unlock()
+		return fmt.Errorf("replica %d is running", i)
+	}
+	p, err := StartProcess(fmt.Sprintf("listproxy-%d", i), rs.bin, append([]string{"--listen-address=" + r.Addr}, rs.args...), r.LogFile)
+	if err != nil {
+		r.mu.Unlock()
+		return err
+	}
+	p.StopGrace = time.Minute
+	r.proc = p
+	r.starts++
+	r.mu.Unlock()
+	return waitReplicaReady(ctx, r, p)
+}
+
+func waitReplicaReady(ctx context.Context, r *Replica, p *Process) error {
+	client := &http.Client{Timeout: time.Second}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.Done():
+			return fmt.Errorf("replica %d: %w", r.Index, p.ExitError())
+		case <-ctx.Done():
+			return fmt.Errorf("replica %d not ready: %w\n%s", r.Index, ctx.Err(), LogTail(r.LogFile, 30))
+		case <-t.C:
+		}
+		resp, err := client.Get(r.URL() + "/readyz")
+		if err != nil {
+			continue
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			return nil
+		}
+	}
+}
+
+// Terminate sends SIGTERM to replica i and waits for it to exit; an exit
+// status other than 0 is an error.
+func (rs *ReplicaSet) Terminate(ctx context.Context, i int) error {
+	return rs.signal(ctx, i, syscall.SIGTERM)
+}
+
+// Kill sends SIGKILL to replica i and waits for it to exit.
+func (rs *ReplicaSet) Kill(ctx context.Context, i int) error {
+	return rs.signal(ctx, i, syscall.SIGKILL)
+}
+
+func (rs *ReplicaSet) signal(ctx context.Context, i int, sig syscall.Signal) error {
+	r := rs.Replicas[i]
+	r.mu.Lock()
+	p := r.proc
+	r.sampleLocked()
+	r.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("replica %d is not running", i)
+	}
+	if err := syscall.Kill(p.Pid(), sig); err != nil {
+		return fmt.Errorf("replica %d: %v: %w", i, sig, err)
+	}
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		return fmt.Errorf("replica %d did not exit after %v: %w", i, sig, ctx.Err())
+	}
+	r.mu.Lock()
+	r.proc = nil
+	r.mu.Unlock()
+	if _, err := p.Exited(); err != nil && sig == syscall.SIGTERM {
+		return fmt.Errorf("replica %d exit after SIGTERM: %w\n%s", i, err, LogTail(r.LogFile, 30))
+	}
+	return nil
+}
+
+// Stop closes the balancer and stops every running replica.
+func (rs *ReplicaSet) Stop() error {
+	var errs []error
+	if rs.Balancer != nil {
+		errs = append(errs, rs.Balancer.Close())
+	}
+	for _, r := range rs.Replicas {
+		r.mu.Lock()
+		p := r.proc
+		r.sampleLocked()
+		r.proc = nil
+		r.mu.Unlock()
+		if p != nil {
+			errs = append(errs, p.Stop())
+		}
+	}
+	return errors.Join(errs...)
+}
