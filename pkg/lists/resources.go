@@ -259,6 +259,15 @@ func watchListOnByDefault(major, minor int) bool {
 	return major == 1 && (minor == 32 || minor >= 34) || major > 1
 }
 
+// watchListGzip reports whether the apiserver's release gzips a watch-list's
+// response for a client that accepts gzip: its WatchListCompression feature
+// is on by default from 1.37.
+func (r *registry) watchListGzip() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.major == 1 && r.minor >= 37 || r.major > 1
+}
+
 var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
 // aggregatedGroups returns the group versions that APIServices delegate to

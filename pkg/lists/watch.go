@@ -26,6 +26,9 @@ type WatchTarget struct {
 	// WatchListDefaults: the apiserver's release turns a watch from
 	// resourceVersion "" or "0" into a watch-list (watch.Target).
 	WatchListDefaults bool
+	// WatchListGzip: the apiserver's release gzips watch-list responses
+	// (watch.Target).
+	WatchListGzip bool
 	// Consistent proves a consistent read with etcd; nil without etcd.
 	Consistent func(ctx context.Context) (*snapshot.Snapshot, uint64, bool)
 	// Release ends the watch's hold on the store.
@@ -60,6 +63,7 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 		Store:             entry.store,
 		Namespace:         req.col.Namespace,
 		WatchListDefaults: l.registry.watchListDefaults(),
+		WatchListGzip:     l.registry.watchListGzip(),
 		Release: func() {
 			entry.lastUsed.Store(time.Now().UnixNano())
 			entry.watchers.Add(-1)

@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -61,7 +62,8 @@ func serveWith(t *testing.T, store *snapshot.Store, cfg Config) *httptest.Server
 		}
 		target := Target{Resource: "widgets.demo.listproxy.io", Format: wire.JSON, Type: widgetType, Store: store,
 			Match:             func(e *snapshot.Entry) bool { return sel.Matches(e.Labels) },
-			WatchListDefaults: r.Header.Get(headerOldAPIServer) == ""}
+			WatchListDefaults: r.Header.Get(headerOldAPIServer) == "",
+			WatchListGzip:     r.Header.Get(headerOldAPIServer) == ""}
 		if ok, reason := srv.Serve(w, r, d, target); !ok {
 			http.Error(w, reason, http.StatusTeapot)
 		}
@@ -343,5 +345,59 @@ func TestWatchListAllocatesOneBurstBuffer(t *testing.T) {
 	}
 	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > uint64(w.n/4) {
 		t.Errorf("serving a %d-byte watch-list allocated %d bytes, want under a quarter of it", w.n, alloc)
+	}
+}
+
+// TestServeWatchListGzip: where the apiserver gzips watch-lists, a client
+// that accepts gzip gets the watch-list gzipped (one member per burst; the
+// transport decompresses it), and a watch without initial events is not.
+func TestServeWatchListGzip(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
+	ts := serve(t, store, nil)
+	tests := []struct {
+		name, query string
+		old         bool
+		wantGzip    bool
+	}{
+		{"watch_list", "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds=600", false, true},
+		{"watch_list_old_apiserver", "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0&allowWatchBookmarks=true&timeoutSeconds=600", true, false},
+		{"watch_from_rv", "watch=1&resourceVersion=10&timeoutSeconds=600", false, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodGet, ts.URL+"?"+tc.query, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.old {
+				req.Header.Set(headerOldAPIServer, "1")
+			}
+			// Set by hand, the transport leaves the body compressed.
+			req.Header.Set("Accept-Encoding", "gzip")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if got := resp.Header.Get("Content-Encoding") == "gzip"; got != tc.wantGzip {
+				t.Fatalf("Content-Encoding %q, want gzip %v", resp.Header.Get("Content-Encoding"), tc.wantGzip)
+			}
+			if !tc.wantGzip {
+				return
+			}
+			// A gzip reader that ends a member waits for the next one's
+			// header (as a client of the apiserver does): a change makes one.
+			store.Apply(snapshot.Change{Entry: widget("w2", 11, "a")}, 11)
+			zr, err := gzip.NewReader(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := wire.NewWatchDecoder(wire.JSON, io.NopCloser(zr), wire.WatchOptions{})
+			want := []got{{wire.Added, "w1", "5", false}, {wire.Bookmark, "", "10", true}}
+			if diff := cmp.Diff(want, next(t, d, 2)); diff != "" {
+				t.Errorf("initial events (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -24,7 +24,7 @@ func (s watchStores) Resolve(r *http.Request, labelSelector, fieldSelector strin
 	target := watch.Target{
 		Resource: t.Resource, Format: t.Format, Type: t.Type, Store: t.Store,
 		Namespace: t.Namespace, Match: t.Match, Consistent: t.Consistent,
-		WatchListDefaults: t.WatchListDefaults,
+		WatchListDefaults: t.WatchListDefaults, WatchListGzip: t.WatchListGzip,
 	}
 	return target, t.Release, reason, ok
 }
