@@ -468,8 +468,12 @@ func (w *writer) flush() error {
 	case len(w.buf) == 0:
 	case w.gz != nil:
 		w.gz.Reset(w.w)
+		// Flush before Close, as the apiserver does: a reader gets the
+		// frames before the member's end, at which it waits for the next.
 		if _, err = w.gz.Write(w.buf); err == nil {
-			err = w.gz.Close()
+			if err = w.gz.Flush(); err == nil {
+				err = w.gz.Close()
+			}
 		}
 	default:
 		_, err = w.w.Write(w.buf)
