@@ -105,7 +105,7 @@ func listedVersion(key string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("kube versions: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: a close error changes nothing
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
