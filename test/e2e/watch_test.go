@@ -735,21 +735,7 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	apiDyn := dynamic.NewForConfigOrDie(cp.AdminConfig)
-	for i, inf := range infs {
-		var last string
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
-			list, err := apiDyn.Resource(corev1Pods).Namespace(ns).List(ctx, metav1.ListOptions{})
-			if err != nil {
-				return false, nil
-			}
-			last = diffKeys(keysAndRVs(list.Items), storeKeysAndRVs(inf.GetStore()))
-			return last == "", nil
-		})
-		if err != nil {
-			t.Errorf("informer %d never equalled the apiserver's list: %s", i, last)
-		}
-	}
+	informersConverge(ctx, t, dynamic.NewForConfigOrDie(cp.AdminConfig), ns, infs)
 	m := framework.Scrape(t, nil, lp.URL+"/metrics")
 	t.Logf("listproxy_watch_served_total: %v; ended: %v", m["listproxy_watch_served_total"], m["listproxy_watch_ended_total"])
 	if got := m.Sum("listproxy_watch_served_total", `resource="pods"`, `format="protobuf"`); got < watchers {
