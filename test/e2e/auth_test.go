@@ -142,14 +142,7 @@ func TestAuthDelegated(t *testing.T) {
 	ctx := context.Background()
 	admin := cp.Clientset(framework.UserAdmin)
 	for _, ns := range []string{"a", "b"} {
-		if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-			t.Fatal(err)
-		}
-		for i := range 3 {
-			if _, err := admin.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("pod-%d", i), i), metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		createNamespaceWithPods(ctx, t, cp, ns, 3)
 		if _, err := admin.RbacV1().Roles(ns).Create(ctx, authPodReader(ns), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

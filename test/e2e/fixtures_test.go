@@ -62,6 +62,21 @@ func newPod(ns, name string, i int) *corev1.Pod {
 	}
 }
 
+// createNamespaceWithPods creates namespace ns holding n pods named
+// pod-0 … pod-(n-1) (newPod).
+func createNamespaceWithPods(ctx context.Context, t *testing.T, cp *framework.ControlPlane, ns string, n int) {
+	t.Helper()
+	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs := cp.Clientset(framework.UserAdmin)
+	for i := range n {
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("pod-%d", i), i), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func newWidget(ns, name string, i int) *unstructured.Unstructured {
 	return seed.Widget(ns, name, map[string]string{"app": []string{"a", "b", "c"}[i%3]}, colors[i%len(colors)], int64(i))
 }

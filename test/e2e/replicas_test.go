@@ -82,8 +82,8 @@ type scaleRun struct {
 	acked    map[string]int // scaleLinNS key -> highest value acknowledged, guarded by mu
 	problems []string       // guarded by mu
 
-	reads, staleReads, readRetries                  atomic.Int64
-	walks, walkPages, walksGone, walkRetries        atomic.Int64
+	reads, staleReads                               atomic.Int64
+	walks, walkPages, walksGone                     atomic.Int64
 	walkMismatches, walkUnverified                  atomic.Int64
 	writes                                          atomic.Int64
 	allowed5xx, unexpected5xx, throttled, connErrs  atomic.Int64
@@ -141,6 +141,25 @@ func (s *scaleRun) check5xx(ctx context.Context, path string, q url.Values, code
 	}
 	s.unexpected5xx.Add(1)
 	s.problem("HTTP %d from listproxy for %s?%s, the apiserver answers %d: %.300s", code, path, q.Encode(), direct, body)
+}
+
+// retryLater handles the answers a client sends again after a pause:
+// connection errors, 429s and 5xx (each 5xx checked against the
+// apiserver). It reports whether it paused so that the caller sends the
+// request again.
+func (s *scaleRun) retryLater(ctx context.Context, path string, q url.Values, code int, body []byte, err error) bool {
+	switch {
+	case err != nil:
+		s.connErrs.Add(1)
+	case code == http.StatusTooManyRequests:
+		s.throttled.Add(1)
+	case code >= 500:
+		s.check5xx(ctx, path, q, code, body)
+	default:
+		return false
+	}
+	pause(ctx, 100*time.Millisecond)
+	return true
 }
 
 // scaleItem is the part of a ConfigMap the checks read.
@@ -353,18 +372,7 @@ func (s *scaleRun) reader(ctx context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil:
-			s.connErrs.Add(1)
-			s.readRetries.Add(1)
-			pause(ctx, 100*time.Millisecond)
-			continue
-		case code == http.StatusTooManyRequests:
-			s.throttled.Add(1)
-			pause(ctx, 100*time.Millisecond)
-			continue
-		case code >= 500:
-			s.check5xx(ctx, path, nil, code, body)
-			pause(ctx, 100*time.Millisecond)
+		case s.retryLater(ctx, path, nil, code, body, err):
 			continue
 		case code != http.StatusOK:
 			s.problem("consistent read: HTTP %d: %.300s", code, body)
@@ -404,19 +412,7 @@ func (s *scaleRun) walker(ctx context.Context) {
 			switch {
 			case ctx.Err() != nil:
 				return
-			case err != nil:
-				s.connErrs.Add(1)
-				s.walkRetries.Add(1)
-				pause(ctx, 100*time.Millisecond)
-				continue
-			case code == http.StatusTooManyRequests:
-				s.throttled.Add(1)
-				pause(ctx, 100*time.Millisecond)
-				continue
-			case code >= 500:
-				s.check5xx(ctx, path, q, code, body)
-				s.walkRetries.Add(1)
-				pause(ctx, 100*time.Millisecond)
+			case s.retryLater(ctx, path, q, code, body, err):
 				continue
 			case code == http.StatusGone && token != "":
 				gone = true

@@ -616,14 +616,7 @@ func TestWatchServiceMode(t *testing.T) {
 	defer cancel()
 	admin := cp.Clientset(framework.UserAdmin)
 	const ns = "a"
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3 {
-		if _, err := admin.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("pod-%d", i), i), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createNamespaceWithPods(ctx, t, cp, ns, 3)
 	// alice may get, list and watch pods in a; bob may only list them.
 	lister := authPodReader(ns)
 	lister.Name, lister.Rules = "pod-lister", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list"}}}

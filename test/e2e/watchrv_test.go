@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -69,15 +68,8 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "watch-too-large"
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	createNamespaceWithPods(ctx, t, cp, ns, 3)
 	cs := cp.Clientset(framework.UserAdmin)
-	for i := range 3 {
-		if _, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("pod-%d", i), i), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	lp := framework.StartListproxy(t, cp, "--serve-watches", "--etcd-servers="+cp.EtcdEndpoint, "--resources=pods")
 	lpc, apic := newRawClient(t, lp.Config()), newRawClient(t, cp.AdminConfig)
 	podsPath := "/api/v1/namespaces/" + ns + "/pods"
@@ -166,15 +158,8 @@ func TestWatchFromConsistentBookmark(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns = "watch-bookmark-rv"
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	createNamespaceWithPods(ctx, t, cp, ns, 3)
 	cs := cp.Clientset(framework.UserAdmin)
-	for i := range 3 {
-		if _, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("pod-%d", i), i), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	lp := framework.StartListproxy(t, cp, "--serve-watches", "--etcd-servers="+cp.EtcdEndpoint, "--resources=pods")
 	lpc := newRawClient(t, lp.Config())
 	podsPath := "/api/v1/namespaces/" + ns + "/pods"
