@@ -63,8 +63,12 @@ type registry struct {
 
 	mu        sync.RWMutex
 	resources map[schema.GroupVersionResource]*resourceInfo // guarded by mu
-	major     int                                           // guarded by mu; the apiserver's release, 0 when unknown
-	minor     int                                           // guarded by mu
+	features  apiserverFeatures                             // guarded by mu
+	// featuresRead is when features were last read from the apiserver's
+	// /metrics (zero: never, or the last read failed) and featuresVersion
+	// the apiserver's version then; only refresh touches them.
+	featuresRead    time.Time
+	featuresVersion string
 	// preferredGV is each group's preferred version in discovery, guarded
 	// by mu.
 	preferredGV map[string]string
@@ -123,7 +127,13 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 		// verified.
 		klog.ErrorS(err, "Cannot tell aggregated APIs apart (grant list on apiservices.apiregistration.k8s.io)")
 	}
-	major, minor := r.serverMajorMinor()
+	info, err := r.discovery.ServerVersion()
+	if err != nil {
+		klog.V(2).InfoS("Reading the apiserver's version failed", "err", err)
+		info = &version.Info{}
+	}
+	major, minor := releaseOf(info)
+	features := r.readFeatures(ctx, info, major, minor)
 	next := map[schema.GroupVersionResource]*resourceInfo{}
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
@@ -159,7 +169,7 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 		}
 	}
 	r.mu.Lock()
-	r.major, r.minor = major, minor
+	r.features = features
 	if partial {
 		for g, v := range r.preferredGV {
 			if _, ok := preferredGV[g]; !ok {
@@ -261,15 +271,10 @@ func builtinDeprecation(gvk schema.GroupVersionKind, major, minor int) []string 
 	return []string{deprecation.WarningMessage(obj)}
 }
 
-// serverMajorMinor returns the apiserver's release, or 0, 0 when unknown
-// (every kind with a deprecation version then counts as deprecated, as in
-// the apiserver).
-func (r *registry) serverMajorMinor() (int, int) {
-	info, err := r.discovery.ServerVersion()
-	if err != nil {
-		klog.V(2).InfoS("Reading the apiserver's version failed", "err", err)
-		return 0, 0
-	}
+// releaseOf returns the apiserver's release, or 0, 0 when unknown (every
+// kind with a deprecation version then counts as deprecated, as in the
+// apiserver).
+func releaseOf(info *version.Info) (int, int) {
 	major, minor, err := deprecation.MajorMinor(*info)
 	if err != nil {
 		return 0, 0
@@ -277,30 +282,48 @@ func (r *registry) serverMajorMinor() (int, int) {
 	return major, minor
 }
 
-// watchListDefaults reports whether the apiserver's release turns a watch
-// from resourceVersion "" or "0" without sendInitialEvents into a watch-list:
-// its WatchList feature is on by default in 1.32 and from 1.34
-// (k8s.io/apiserver/pkg/features). An unknown release reports false, so
-// such watches pass through and the apiserver gives its own semantics.
+// featuresMaxAge bounds how long a reading of the apiserver's feature gates
+// is trusted while its version stays the same: gates change only when an
+// apiserver restarts, and /metrics is large.
+const featuresMaxAge = 10 * time.Minute
+
+// readFeatures returns the apiserver's feature gates as its /metrics reports
+// them, read again when the apiserver's version changed or featuresMaxAge
+// passed. When /metrics cannot be read, the release's defaults stand in.
+func (r *registry) readFeatures(ctx context.Context, info *version.Info, major, minor int) apiserverFeatures {
+	if !r.featuresRead.IsZero() && r.featuresVersion == info.GitVersion && time.Since(r.featuresRead) < featuresMaxAge {
+		r.mu.RLock()
+		defer r.mu.RUnlock()
+		return r.features
+	}
+	defaults := releaseFeatures(major, minor)
+	got, err := readFeatures(ctx, r.discovery.RESTClient(), defaults)
+	if err != nil {
+		r.featuresRead = time.Time{}
+		klog.V(2).InfoS("Cannot read the apiserver's feature gates; assuming its release's defaults", "release", info.GitVersion, "defaults", defaults, "err", err)
+		return defaults
+	}
+	if got != defaults {
+		klog.InfoS("The apiserver's feature gates differ from its release's defaults", "release", info.GitVersion, "gates", got, "defaults", defaults)
+	}
+	r.featuresRead, r.featuresVersion = time.Now(), info.GitVersion
+	return got
+}
+
+// watchListDefaults reports whether the apiserver turns a watch from
+// resourceVersion "" or "0" without sendInitialEvents into a watch-list.
 func (r *registry) watchListDefaults() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return watchListOnByDefault(r.major, r.minor)
+	return r.features.WatchList
 }
 
-// watchListGzip reports whether the apiserver's release gzips watch-list
-// responses for clients that accept it (WatchListCompression, on by
-// default from 1.37).
+// watchListGzip reports whether the apiserver gzips watch-list responses
+// for clients that accept it.
 func (r *registry) watchListGzip() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.major == 1 && r.minor >= 37 || r.major > 1
-}
-
-// watchListOnByDefault is the WatchList feature's default in release
-// major.minor.
-func watchListOnByDefault(major, minor int) bool {
-	return major == 1 && (minor == 32 || minor >= 34) || major > 1
+	return r.features.WatchListCompression
 }
 
 var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}

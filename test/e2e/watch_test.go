@@ -344,7 +344,8 @@ func watchListServedBy(t *testing.T, cp *framework.ControlPlane) bool {
 	if err != nil {
 		t.Fatalf("apiserver minor version %q: %v", v.Minor, err)
 	}
-	return minor == 32 || minor >= 34
+	watchList, _, _ := releaseGates(minor)
+	return watchList
 }
 
 // listAsWatchFrames lists path with labelSelector at exactly rv from c in
