@@ -673,7 +673,14 @@ func registryRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: []string{"list"}},
 		{APIGroups: []string{"apiregistration.k8s.io"}, Resources: []string{"apiservices"}, Verbs: []string{"list"}},
+		featureGatesRule(),
 	}
+}
+
+// featureGatesRule lets listproxy read the apiserver's feature gates from
+// its /metrics.
+func featureGatesRule() rbacv1.PolicyRule {
+	return rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}
 }
 
 func allows(rules []rbacv1.PolicyRule, verb, group, resource string) bool {
@@ -1004,7 +1011,7 @@ func checkRules(t *testing.T, r rendered, want []rbacv1.PolicyRule) {
 }
 
 func cacheAll() []rbacv1.PolicyRule {
-	return []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"list", "watch"}}}
+	return []rbacv1.PolicyRule{{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"list", "watch"}}, featureGatesRule()}
 }
 
 // serviceModeRules are what delegated authentication and authorization need.

@@ -57,7 +57,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 RBAC rules granting list and watch on the cached resources: everything for
 "*", else one rule per API group over exactly the listed resources.
-Entries are RESOURCE (core group) or RESOURCE.GROUP.
+Entries are RESOURCE (core group) or RESOURCE.GROUP. Plus get on /metrics,
+where listproxy reads the apiserver's watch feature gates.
 */}}
 {{- define "listproxy.cacheRules" -}}
 {{- $resources := .Values.cache.resources }}
@@ -84,6 +85,8 @@ Entries are RESOURCE (core group) or RESOURCE.GROUP.
   resources: ["apiservices"]
   verbs: ["list"]
 {{- end }}
+- nonResourceURLs: ["/metrics"]
+  verbs: ["get"]
 {{- end }}
 
 {{/*
