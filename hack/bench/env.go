@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,8 @@ type env struct {
 
 	// direct asks the apiserver; proxied asks listproxy.
 	direct, proxied *target
+	// etcd is the control plane's etcd alone, for its share of the CPU.
+	etcd *target
 	// client writes through the apiserver (protobuf, no rate limit).
 	client kubernetes.Interface
 	// pods are the seeded pods' namespace/name, for writes.
@@ -104,6 +107,7 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 	if e.direct, err = newDirectTarget(cp); err != nil {
 		return e, err
 	}
+	e.etcd = &target{name: "etcd", pids: controlPlanePIDs(cp, "etcd")}
 	e.proxied = newProxiedTarget("http://"+addr, e.listproxy.Pid())
 	if err := e.waitListproxyReady(ctx); err != nil {
 		return e, err
@@ -124,11 +128,14 @@ func (e *env) stop() {
 	}
 }
 
-// pids returns the process ids of the control plane by name.
-func controlPlanePIDs(cp *framework.ControlPlane) []int {
+// controlPlanePIDs returns the process ids of the control plane's
+// processes named in names, or of all of them when names is empty.
+func controlPlanePIDs(cp *framework.ControlPlane, names ...string) []int {
 	var pids []int
 	for _, p := range cp.Processes() {
-		pids = append(pids, p.Pid())
+		if len(names) == 0 || slices.Contains(names, p.Name) {
+			pids = append(pids, p.Pid())
+		}
 	}
 	return pids
 }

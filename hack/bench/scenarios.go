@@ -15,8 +15,9 @@ type bench struct {
 	cfg    config
 	env    *env
 	report *report
-	// idle CPU rates (CPU seconds per second) of each side's processes.
-	idleDirect, idleProxied float64
+	// idle CPU rates (CPU seconds per second) of each side's processes,
+	// and of etcd alone.
+	idleDirect, idleProxied, idleEtcd float64
 }
 
 func (b *bench) runAll(ctx context.Context) error {
@@ -51,6 +52,7 @@ func (b *bench) runAll(ctx context.Context) error {
 type series struct {
 	t           *target
 	cpu         sampler
+	etcd        sampler // etcd alone, over the same intervals as cpu
 	durs        []float64
 	bytes       []int64
 	answers     int // responses (a walk counts each page)
@@ -68,7 +70,7 @@ func (b *bench) newSeries(t *target) *series {
 	if t.proxied {
 		idle = b.idleProxied
 	}
-	return &series{t: t, cpu: sampler{t: t, idleRate: idle}, extra: map[string][]float64{}}
+	return &series{t: t, cpu: sampler{t: t, idleRate: idle}, etcd: sampler{t: b.env.etcd, idleRate: b.idleEtcd}, extra: map[string][]float64{}}
 }
 
 // add records one request (or one unit, such as a walk) of res.
@@ -90,6 +92,18 @@ func (s *series) answer(res result) {
 	}
 }
 
+// startInterval and endInterval bracket a measured interval of the side's
+// processes and of etcd.
+func (s *series) startInterval() {
+	s.cpu.startInterval()
+	s.etcd.startInterval()
+}
+
+func (s *series) endInterval() {
+	s.cpu.endInterval()
+	s.etcd.endInterval()
+}
+
 // sampled says whether the i-th of n requests of a scenario has its content
 // checked: the first, the last and about eight in between.
 func sampled(i, n int) bool {
@@ -99,8 +113,8 @@ func sampled(i, n int) bool {
 // offClock runs f outside the series' CPU and wall accounting: content
 // checks cost the harness and the apiserver, not the side measured.
 func (s *series) offClock(f func()) {
-	s.cpu.endInterval()
-	defer s.cpu.startInterval()
+	s.endInterval()
+	defer s.startInterval()
 	f()
 }
 
@@ -139,6 +153,7 @@ func (s *series) side(requests int) side {
 		WallP99:         percentile(s.durs, 99),
 		CPUPerRequest:   s.cpu.seconds() / float64(max(1, requests)),
 		CPUTotal:        s.cpu.seconds(),
+		EtcdCPUTotal:    s.etcd.seconds(),
 		Answers:         s.answers,
 		NotSnapshot:     s.notSnapshot,
 		NotGzip:         s.notGzip,
@@ -176,9 +191,9 @@ func (b *bench) alternate(ctx context.Context, n int, fn func(ctx context.Contex
 			if err := ctx.Err(); err != nil {
 				return nil, nil, err
 			}
-			s.cpu.startInterval()
+			s.startInterval()
 			err := fn(ctx, s, i)
-			s.cpu.endInterval()
+			s.endInterval()
 			if err != nil {
 				return nil, nil, err
 			}
@@ -191,8 +206,9 @@ func (b *bench) idleCPU(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { b.idleDirect = measureIdle(ctx, b.env.direct, 5*time.Second) })
 	wg.Go(func() { b.idleProxied = measureIdle(ctx, b.env.proxied, 5*time.Second) })
+	wg.Go(func() { b.idleEtcd = measureIdle(ctx, b.env.etcd, 5*time.Second) })
 	wg.Wait()
-	b.report.IdleCPU = map[string]float64{"apiserver+etcd": b.idleDirect, "listproxy": b.idleProxied}
+	b.report.IdleCPU = map[string]float64{"apiserver+etcd": b.idleDirect, "listproxy": b.idleProxied, "etcd": b.idleEtcd}
 	logf("idle CPU: apiserver+etcd %.3f, listproxy %.3f CPU-s/s (subtracted from measurements)", b.idleDirect, b.idleProxied)
 	return ctx.Err()
 }
@@ -310,16 +326,32 @@ func (b *bench) walks(ctx context.Context) error {
 			return err
 		}
 		ps := p.side(b.cfg.reps)
-		note := fmt.Sprintf("first/last page p50: apiserver %s / %s, listproxy %s / %s",
-			ms(d.side(1).Extra["first_page_s_p50"]), ms(d.side(1).Extra["last_page_s_p50"]),
-			ms(ps.Extra["first_page_s_p50"]), ms(ps.Extra["last_page_s_p50"]))
+		ds := d.side(b.cfg.reps)
+		note := fmt.Sprintf("first/last page p50: apiserver %s / %s, listproxy %s / %s; etcd CPU per walk: direct %s, through listproxy %s",
+			ms(ds.Extra["first_page_s_p50"]), ms(ds.Extra["last_page_s_p50"]),
+			ms(ps.Extra["first_page_s_p50"]), ms(ps.Extra["last_page_s_p50"]),
+			ms(ds.EtcdCPUTotal/float64(b.cfg.reps)), ms(ps.EtcdCPUTotal/float64(b.cfg.reps)))
 		spec := targetSpec{CPU: 30, LastFirst: 1.2}
+		if continuePagesFromEtcd(b.report.Config.KubeVersion) {
+			spec.EtcdCPU = 20
+		}
 		if limit == 1000 {
 			spec.ProxiedCPUMax = 0.100
 		}
-		b.addRow(name, d.side(b.cfg.reps), ps, spec, note)
+		b.addRow(name, ds, ps, spec, note)
 	}
 	return nil
+}
+
+// continuePagesFromEtcd reports whether the apiserver of release version
+// (MAJOR.MINOR.PATCH) reads continue pages from etcd: before 1.34 its watch
+// cache kept no snapshots for them.
+func continuePagesFromEtcd(version string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(version, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major == 1 && minor < 34
 }
 
 func (b *bench) firstPage(ctx context.Context) error {
