@@ -1,8 +1,13 @@
 package lists
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"slices"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -49,8 +54,12 @@ func readFeatures(ctx context.Context, client rest.Interface, defaults apiserver
 		return defaults, fmt.Errorf("read the apiserver's /metrics: %w", err)
 	}
 	defer body.Close()
+	text, err := familyLines(body, featureMetric)
+	if err != nil {
+		return defaults, fmt.Errorf("read the apiserver's /metrics: %w", err)
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(body)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(text))
 	if err != nil {
 		return defaults, fmt.Errorf("parse the apiserver's /metrics: %w", err)
 	}
@@ -74,4 +83,33 @@ func readFeatures(ctx context.Context, client rest.Interface, defaults apiserver
 		}
 	}
 	return got, nil
+}
+
+// familyLines returns the lines of the text exposition body that belong to
+// metric family name (its HELP, TYPE and samples), so that an apiserver's
+// /metrics, tens of MiB in a large cluster, is read through a small buffer
+// rather than held and parsed whole.
+func familyLines(body io.Reader, name string) ([]byte, error) {
+	prefixes := [][]byte{[]byte(name + "{"), []byte(name + " "), []byte("# HELP " + name + " "), []byte("# TYPE " + name + " ")}
+	br := bufio.NewReaderSize(body, 64<<10)
+	var out []byte
+	for {
+		line, err := br.ReadSlice('\n')
+		keep := slices.ContainsFunc(prefixes, func(p []byte) bool { return bytes.HasPrefix(line, p) })
+		for errors.Is(err, bufio.ErrBufferFull) { // the rest of a long line
+			if keep {
+				out = append(out, line...)
+			}
+			line, err = br.ReadSlice('\n')
+		}
+		if keep {
+			out = append(out, line...)
+		}
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"k8s.io/client-go/discovery"
@@ -55,6 +56,9 @@ apiserver_request_total{code="200",verb="GET"} 7
 		wantErr bool
 	}{
 		{"gate turned off, other gate unreported", http.StatusOK, gates, apiserverFeatures{WatchListCompression: true}, false},
+		{"after a line longer than the read buffer and a family of a longer name", http.StatusOK,
+			"apiserver_long{path=\"" + strings.Repeat("x", 200<<10) + "\"} 1\nkubernetes_feature_enabled_other{name=\"WatchList\"} 1\n" + gates,
+			apiserverFeatures{WatchListCompression: true}, false},
 		{"forbidden", http.StatusForbidden, `{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Forbidden","code":403}`, defaults, true},
 		{"no gauge", http.StatusOK, "# TYPE up gauge\nup 1\n", defaults, true},
 		{"not metrics", http.StatusOK, "<html>", defaults, true},
