@@ -325,3 +325,34 @@ func TestWriterError(t *testing.T) {
 		t.Errorf("second Close = %v, want nil", err)
 	}
 }
+
+// TestWriterFlush: after Flush, everything written so far — request-time
+// bytes and chunks — decompresses from the bytes out, before the member
+// ends; the closed member is whole.
+func TestWriterFlush(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	st := newStitcher()
+	for i := range 6 {
+		p := text(rng, 1000+rng.IntN(5000))
+		if i%2 == 0 {
+			st.write(t, p, false)
+		} else {
+			st.standalone(t, p, 6)
+		}
+		if err := st.z.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(st.out.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(st.want))
+		if _, err := io.ReadFull(zr, got); err != nil {
+			t.Fatalf("after flush %d: reading the %d bytes written: %v", i, len(st.want), err)
+		}
+		if !bytes.Equal(got, st.want) {
+			t.Fatalf("after flush %d: first difference at %d", i, firstDiff(got, st.want))
+		}
+	}
+	st.finish(t)
+}

@@ -90,6 +90,16 @@ func (z *Writer) WriteChunk(c *Chunk) error {
 	return err
 }
 
+// Flush ends the request-time stream with a sync flush and writes out
+// everything buffered, so that a reader can decompress all bytes written so
+// far; the member goes on.
+func (z *Writer) Flush() error {
+	if err := z.endStream(); err != nil {
+		return err
+	}
+	return z.bw.Flush()
+}
+
 // endStream ends the request-time stream on a byte boundary with a sync
 // flush, so that a chunk can follow.
 func (z *Writer) endStream() error {

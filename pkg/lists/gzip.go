@@ -2,7 +2,6 @@ package lists
 
 import (
 	"io"
-	"slices"
 
 	"github.com/listproxy/listproxy/pkg/gzstitch"
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -46,11 +45,11 @@ var gzipChunks = func() *gzstitch.Compressor {
 // wire.WriteList writes for f, env and the entries' items (items[i] is
 // entries[i].Raw). Items are copied from chunks cached on their entries where
 // a chunk's preceding items in this response are the ones it was compressed
-// after; the rest is compressed now. With cache set, the entries are
-// consecutive in key order (no selector filtered them) and missing chunks
-// are built and cached on them; without it, missing items are compressed at
-// the apiserver's level 1 for this response only, since a filtered list's
-// neighbours would not be the next full list's.
+// after; the rest is compressed now (snapshot.GzipEntries). With cache set,
+// the entries are consecutive in key order (no selector filtered them) and
+// missing chunks are built and cached on them; without it, missing items
+// are compressed at the apiserver's level 1 for this response only, since a
+// filtered list's neighbours would not be the next full list's.
 //
 // The first item is always compressed per response: it follows the list
 // head, which differs between responses, and in JSON it has no separator.
@@ -59,143 +58,36 @@ func writeGzipList(w io.Writer, f wire.Format, env wire.ListEnvelope, entries []
 	if err != nil {
 		return err
 	}
-	lw := &gzipListWriter{zw: gzstitch.NewWriter(w), chunks: gzipChunks, f: f, entries: entries, ids: make([]uint64, len(entries))}
-	err = lw.write(parts, cache)
-	if cerr := lw.zw.Close(); err == nil {
+	zw := gzstitch.NewWriter(w)
+	err = writeGzipItems(zw, gzipChunks, f, parts, entries, cache)
+	if cerr := zw.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
-// gzipListWriter writes the items of one gzip list response.
-type gzipListWriter struct {
-	zw      *gzstitch.Writer
-	chunks  *gzstitch.Compressor
-	f       wire.Format
-	entries []*snapshot.Entry
-	// ids[i] is the GzipItem.ID of entries[i], or 0 where it has none (then
-	// no chunk can have been compressed after it). ids[0] stays 0: the first
-	// item's prefix differs from the one chunks were compressed after.
-	ids    []uint64
-	prefix [16]byte
-}
-
-func (lw *gzipListWriter) write(parts wire.ListParts, cache bool) error {
-	if _, err := lw.zw.Write(parts.Head); err != nil {
+// writeGzipItems writes the list's head, items and tail into zw, building
+// missing chunks with chunks.
+func writeGzipItems(zw *gzstitch.Writer, chunks *gzstitch.Compressor, f wire.Format, parts wire.ListParts, entries []*snapshot.Entry, cache bool) error {
+	if _, err := zw.Write(parts.Head); err != nil {
 		return err
 	}
-	run := -1 // start of a run of items whose chunks are to be built
-	for i, e := range lw.entries {
-		if i == 0 {
-			if err := lw.writeNow(i); err != nil {
-				return err
-			}
-			continue
+	if len(entries) > 0 {
+		var prefix [16]byte
+		first := entries[0].Raw
+		if _, err := zw.Write(wire.AppendItemPrefix(prefix[:0], f, true, first)); err != nil {
+			return err
 		}
-		it := e.GzipCached()
-		if it != nil {
-			lw.ids[i] = it.ID
+		if _, err := zw.Write(first); err != nil {
+			return err
 		}
-		if it != nil && chunkFits(it, lw.ids[:i]) {
-			if run >= 0 {
-				if err := lw.buildRun(run, i); err != nil {
-					return err
-				}
-				run = -1
-			}
-			if err := lw.zw.WriteChunk(&it.Chunk); err != nil {
-				return err
-			}
-			continue
-		}
-		if cache {
-			if run < 0 {
-				run = i
-			}
-			continue
-		}
-		if err := lw.writeNow(i); err != nil {
+		rest := snapshot.NewGzipEntries(zw, chunks, snapshot.GzipListItem, entries[1:], func(dst []byte, e *snapshot.Entry) []byte {
+			return append(wire.AppendItemPrefix(dst, f, false, e.Raw), e.Raw...)
+		}, cache)
+		if err := rest.WriteUpTo(rest.Len()); err != nil {
 			return err
 		}
 	}
-	if run >= 0 {
-		if err := lw.buildRun(run, len(lw.entries)); err != nil {
-			return err
-		}
-	}
-	_, err := lw.zw.Write(parts.Tail)
+	_, err := zw.Write(parts.Tail)
 	return err
-}
-
-// chunkFits reports whether it's chunk may follow the items with IDs
-// served: its After must be their last IDs.
-func chunkFits(it *snapshot.GzipItem, served []uint64) bool {
-	if it.Chunk.Len() == 0 {
-		return false // not built (a built chunk has at least its flush)
-	}
-	k := len(it.After)
-	return k <= len(served) && slices.Equal(it.After, served[len(served)-k:])
-}
-
-// writeNow compresses item i at request time.
-func (lw *gzipListWriter) writeNow(i int) error {
-	raw := lw.entries[i].Raw
-	if _, err := lw.zw.Write(wire.AppendItemPrefix(lw.prefix[:0], lw.f, i == 0, raw)); err != nil {
-		return err
-	}
-	_, err := lw.zw.Write(raw)
-	return err
-}
-
-// buildRun compresses items [start, end) (start ≥ 1) into chunks in one
-// session, caches them on their entries and writes them. The session is
-// first primed with the items before start, back to the second item, up to
-// the window: those bytes precede the run in this response, and the chunks
-// then compress as well as in a whole-body stream.
-func (lw *gzipListWriter) buildRun(start, end int) error {
-	s := lw.chunks.NewSession()
-	defer s.Close()
-	from := start
-	for n := 0; from > 1 && n < gzstitch.Window; {
-		from--
-		n += lw.itemLen(from)
-	}
-	// history holds the IDs of the primed and compressed items; the After
-	// of every chunk of the run is a slice of it.
-	history := make([]uint64, 0, end-from)
-	for j := from; j < start; j++ {
-		history = append(history, lw.idOf(j))
-		raw := lw.entries[j].Raw
-		s.Prime(wire.AppendItemPrefix(lw.prefix[:0], lw.f, false, raw), raw)
-	}
-	for j := start; j < end; j++ {
-		// After: the items whose bytes reach into the window before j.
-		lo := len(history)
-		for n := 0; lo > 0 && n < gzstitch.Window; {
-			lo--
-			n += lw.itemLen(from + lo)
-		}
-		e := lw.entries[j]
-		c := s.Chunk(wire.AppendItemPrefix(lw.prefix[:0], lw.f, false, e.Raw), e.Raw)
-		e.SetGzipChunk(c, history[lo:len(history):len(history)])
-		history = append(history, lw.idOf(j))
-		if err := lw.zw.WriteChunk(&c); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// itemLen is the length of item i with its (non-first) prefix.
-func (lw *gzipListWriter) itemLen(i int) int {
-	raw := lw.entries[i].Raw
-	return len(wire.AppendItemPrefix(lw.prefix[:0], lw.f, false, raw)) + len(raw)
-}
-
-// idOf returns the ID of entries[i], giving it one if needed.
-func (lw *gzipListWriter) idOf(i int) uint64 {
-	if lw.ids[i] == 0 {
-		lw.ids[i] = lw.entries[i].Gzip().ID
-	}
-	return lw.ids[i]
 }

@@ -168,7 +168,7 @@ func BenchmarkGzipList(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		chunkBytes := 0
 		for _, e := range warm {
-			if it := e.GzipCached(); it != nil {
+			if it := e.GzipCached(snapshot.GzipListItem); it != nil {
 				chunkBytes += it.Chunk.Len()
 			}
 		}
@@ -193,9 +193,9 @@ func BenchmarkGzipChunkLevels(b *testing.B) {
 		if err != nil {
 			return err
 		}
-		lw := &gzipListWriter{zw: gzstitch.NewWriter(w), chunks: c, f: wire.JSON, entries: list, ids: make([]uint64, len(list))}
-		err = lw.write(parts, true)
-		if cerr := lw.zw.Close(); err == nil {
+		zw := gzstitch.NewWriter(w)
+		err = writeGzipItems(zw, c, wire.JSON, parts, list, true)
+		if cerr := zw.Close(); err == nil {
 			err = cerr
 		}
 		return err

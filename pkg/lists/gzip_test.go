@@ -91,7 +91,7 @@ func checkGzipList(t testing.TB, f wire.Format, env wire.ListEnvelope, entries [
 func cachedItems(entries []*snapshot.Entry) []*snapshot.GzipItem {
 	items := make([]*snapshot.GzipItem, len(entries))
 	for i, e := range entries {
-		items[i] = e.GzipCached()
+		items[i] = e.GzipCached(snapshot.GzipListItem)
 	}
 	return items
 }
@@ -153,7 +153,7 @@ func TestWriteGzipList(t *testing.T) {
 			changed = append(changed[:200], append([]*snapshot.Entry{{Key: "ns/00199x", Raw: testItem(rng, 5000, 1500)}}, changed[200:]...)...)
 			checkGzipList(t, tc.f, tc.env, changed, true)
 			checkGzipList(t, tc.f, tc.env, changed, true)
-			if it := entries[280].GzipCached(); it != built[280] {
+			if it := entries[280].GzipCached(snapshot.GzipListItem); it != built[280] {
 				t.Errorf("item 280, far from every change, was recompressed")
 			}
 			checkGzipList(t, tc.f, tc.env, entries, true) // the old snapshot still lists right

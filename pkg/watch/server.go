@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/listproxy/listproxy/pkg/gzstitch"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -328,6 +329,9 @@ func (e *endError) Error() string { return "watch ended: " + e.reason }
 // order, then (with bookmarks) the BOOKMARK ending the initial events.
 func (w *watcher) sendInitial(snap *snapshot.Snapshot, rv uint64) error {
 	page := snap.Page(snapshot.PageRequest{Namespace: w.t.Namespace, Match: w.t.Match})
+	if w.wr.gzip {
+		return w.sendInitialGzip(page.Items, rv)
+	}
 	// One burst buffer serves all the initial events, rather than one
 	// grown and dropped per burst: a watch-list of a large resource would
 	// otherwise allocate its whole size again, and the garbage collector
@@ -359,6 +363,101 @@ func (w *watcher) sendInitial(snap *snapshot.Snapshot, rv uint64) error {
 	sent += len(w.wr.buf)
 	w.metrics.initial(w.labels, sent)
 	return w.flush()
+}
+
+// watchChunkLevel is the compress/flate level at which the ADDED frames of
+// a gzipped watch-list's initial events are compressed once and cached on
+// their entries, as list items are for gzip LISTs (the same trade: the first
+// watch-list of an object version pays about twice a level-1 compression,
+// later ones copy the chunks).
+const watchChunkLevel = 6
+
+var watchChunks = func() *gzstitch.Compressor {
+	c, err := gzstitch.NewCompressor(watchChunkLevel)
+	if err != nil {
+		panic(err) // a constant level in range
+	}
+	return c
+}()
+
+// sendInitialGzip sends the initial events of a gzipped watch-list as one
+// gzip member, flushed (sync flush) after each burst so that the client
+// reads every burst at once, and closed after the end bookmark; live
+// events follow as members of their own. The ADDED frames are stitched from
+// chunks cached on the entries (snapshot.GzipEntries): a storm of informers
+// compresses each object once, not once per informer. Only a watch-list
+// without namespace or selectors builds and caches chunks; a filtered one
+// uses those that fit and compresses the rest at level 1.
+func (w *watcher) sendInitialGzip(items []*snapshot.Entry, rv uint64) error {
+	wr := w.wr
+	zw := gzstitch.NewWriter(wr.w)
+	f, typ := wr.format, wr.typ
+	ge := snapshot.NewGzipEntries(zw, watchChunks, snapshot.GzipWatchAdded, items, func(dst []byte, e *snapshot.Entry) []byte {
+		return wire.AppendWatchEvent(dst, f, wire.Added, typ, e.Raw)
+	}, w.t.Namespace == "" && w.t.Match == nil)
+	var flushed int64
+	burst := func(end int) error {
+		wr.setDeadline()
+		err := ge.WriteUpTo(end)
+		if err == nil {
+			err = zw.Flush()
+		}
+		if err == nil {
+			err = wr.rc.Flush()
+		}
+		if err != nil {
+			_ = zw.Close()
+			wr.fail(err)
+			return err
+		}
+		w.metrics.sent(w.labels, int(ge.Size()-flushed))
+		flushed = ge.Size()
+		return nil
+	}
+	pending, added := 0, 0
+	for i, e := range items {
+		pending += len(e.Raw)
+		added++
+		if pending >= burstBytes {
+			w.metrics.eventN(w.labels, wire.Added, added)
+			pending, added = 0, 0
+			if err := burst(i + 1); err != nil {
+				return err
+			}
+		}
+	}
+	w.metrics.eventN(w.labels, wire.Added, added)
+	if err := burst(len(items)); err != nil {
+		return err
+	}
+	sent := flushed
+	if w.d.Bookmarks {
+		item, err := wire.BookmarkItem(f, typ, strconv.FormatUint(rv, 10), true)
+		if err != nil {
+			_ = zw.Close()
+			return err // unreachable: checked before the response started
+		}
+		frame := wire.AppendWatchEvent(nil, f, wire.Bookmark, typ, item)
+		wr.setDeadline()
+		if _, err := zw.Write(frame); err != nil {
+			_ = zw.Close()
+			wr.fail(err)
+			return err
+		}
+		w.metrics.event(w.labels, wire.Bookmark)
+		w.metrics.sent(w.labels, len(frame))
+		w.lastRV = max(w.lastRV, rv)
+		sent += int64(len(frame))
+	}
+	w.metrics.initial(w.labels, int(sent))
+	err := zw.Close()
+	if err == nil {
+		err = wr.rc.Flush()
+	}
+	if err != nil {
+		wr.fail(err)
+	}
+	return err
 }
 
 // bookmark queues a BOOKMARK at rv.
@@ -600,10 +699,22 @@ func (w *writer) release() {
 	}
 }
 
+// setDeadline bounds the next writes. Deadlines use the real time: they
+// bound the socket, not the watch.
+func (w *writer) setDeadline() {
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) // unsupported: no bound
+}
+
+// fail records err as the writer's first error.
+func (w *writer) fail(err error) {
+	if w.err == nil {
+		w.err = err
+	}
+}
+
 // flush writes the gathered frames and flushes them to the client.
 func (w *writer) flush() error {
-	// Deadlines use the real time: they bound the socket, not the watch.
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) // unsupported: no bound
+	w.setDeadline()
 	var err error
 	switch {
 	case len(w.buf) > 0 && w.gzip:
@@ -628,8 +739,8 @@ func (w *writer) flush() error {
 	if err == nil {
 		err = w.rc.Flush()
 	}
-	if err != nil && w.err == nil {
-		w.err = err
+	if err != nil {
+		w.fail(err)
 	}
 	return err
 }
