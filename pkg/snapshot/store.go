@@ -116,6 +116,8 @@ type Store struct {
 	pins  *lru.Cache[uint64, pin]
 	// feed holds recent changes for watchers; appended under mu.
 	feed *feed
+	// wake wakes the watchers of one namespace (ChangedIn).
+	wake *nsWaker
 
 	current atomic.Pointer[view]
 
@@ -151,7 +153,8 @@ func NewStore(cfg StoreConfig) *Store {
 		cfg.Clock = clock.RealClock{}
 	}
 	pins, _ := lru.New[uint64, pin](cfg.PinnedSnapshots) // error only for size <= 0
-	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: newFeed(cfg.EventHistory)}
+	feed := newFeed(cfg.EventHistory)
+	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: feed, wake: newNSWaker(len(feed.ring))}
 	s.resetTreesLocked()
 	empty := s.snapshotLocked(0)
 	s.current.Store(&view{latest: empty, history: []*Snapshot{empty}, next: make(chan struct{})})
@@ -216,6 +219,14 @@ func (s *Store) Progress() uint64 { return s.current.Load().progress }
 
 // Changed returns a channel closed when the store publishes a newer view.
 func (s *Store) Changed() <-chan struct{} { return s.current.Load().next }
+
+// ChangedIn returns a channel closed when a change to an object of
+// namespace ns is in the feed, when the feed breaks continuity or closes,
+// and at least once per quarter of the feed's capacity of changes to other
+// namespaces, so that a cursor waiting on it is never overrun by changes it
+// does not watch. Progress alone (bookmarks) does not close it. Take it
+// before Cursor.Read, as Changed.
+func (s *Store) ChangedIn(ns string) <-chan struct{} { return s.wake.changedIn(ns) }
 
 // At returns the snapshot holding the state at exactly rv: a pinned one, or
 // the newest retained snapshot at or before rv, provided the store has seen
@@ -428,6 +439,7 @@ func (s *Store) Replace(entries []*Entry, rv uint64) {
 	// Changes between the old state and rv were not observed: watchers of
 	// the old state must start over.
 	s.feed.reset(rv, true)
+	s.wake.wakeAll()
 	// Pins from before keep the old list alive: they count against the
 	// bounds of the new one.
 	s.boundPinsLocked([]*Snapshot{snap})
@@ -454,6 +466,11 @@ func (s *Store) Apply(c Change, rv uint64) {
 		ev.Type, ev.Prev = Modified, prev
 	}
 	s.feed.append(ev)
+	ns := c.Entry.Namespace
+	if ns == "" && ev.Prev != nil {
+		ns = ev.Prev.Namespace // a deletion known by its key
+	}
+	s.wake.changed(ns)
 	s.freedTotal += freed
 	snap := s.snapshotLocked(rv)
 	// Appending to old.history rather than to a copy is intentional: views
@@ -488,6 +505,7 @@ func (s *Store) Unsync() {
 	old := s.current.Load()
 	if old.synced {
 		s.feed.reset(old.progress, false)
+		s.wake.wakeAll()
 		s.publishLocked(&view{latest: old.latest, progress: old.progress, history: old.history})
 	}
 	s.mu.Unlock()
@@ -499,6 +517,7 @@ func (s *Store) Stop() {
 	s.stopped = true
 	old := s.current.Load()
 	s.feed.reset(old.progress, false)
+	s.wake.wakeAll()
 	s.publishLocked(&view{latest: old.latest, progress: old.progress, history: old.history, synced: old.synced})
 	s.mu.Unlock()
 }

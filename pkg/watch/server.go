@@ -508,7 +508,14 @@ func (w *watcher) stream(ctx context.Context) string {
 		defer func() { bt.Stop() }()
 	}
 	for {
-		changed := w.t.Store.Changed()
+		// A watcher of one namespace wakes for that namespace's changes
+		// only (and for the store's periodic sweep and resets).
+		var changed <-chan struct{}
+		if w.t.Namespace != "" {
+			changed = w.t.Store.ChangedIn(w.t.Namespace)
+		} else {
+			changed = w.t.Store.Changed()
+		}
 		n, err := w.readChanges()
 		switch {
 		case errors.Is(err, snapshot.ErrFeedReset):
