@@ -159,7 +159,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 		return false, "legacy_initial_events"
 	}
 	// A type whose bookmark cannot be built passes through up front.
-	if _, err := wire.BookmarkItem(t.Format, t.Type, "1", true); err != nil {
+	if _, err := bookmarkItem(t.Format, t.Type, 1, true); err != nil {
 		return false, "unsupported_type"
 	}
 	var (
@@ -227,8 +227,10 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	m.started(labels, d.Reason)
 	defer m.stopped(labels)
 
-	s.writeHead(w, r, d, t, wr)
-	_ = wr.flush() // a failed flush shows in the next write
+	onFreshStack(func() {
+		s.writeHead(w, r, d, t, wr)
+		_ = wr.flush() // a failed flush shows in the next write
+	})
 
 	w2 := &watcher{
 		srv: s, t: t, d: d, wr: wr, cursor: cursor, lastRV: rv, labels: labels, metrics: m,
@@ -432,7 +434,7 @@ func (w *watcher) sendInitialGzip(items []*snapshot.Entry, rv uint64) error {
 	}
 	sent := flushed
 	if w.d.Bookmarks {
-		item, err := wire.BookmarkItem(f, typ, strconv.FormatUint(rv, 10), true)
+		item, err := bookmarkItem(f, typ, rv, true)
 		if err != nil {
 			_ = zw.Close()
 			return err // unreachable: checked before the response started
@@ -460,9 +462,58 @@ func (w *watcher) sendInitialGzip(items []*snapshot.Entry, rv uint64) error {
 	return err
 }
 
+// bookmarkKey names a bookmark template.
+type bookmarkKey struct {
+	format           wire.Format
+	typ              wire.ObjectType
+	initialEventsEnd bool
+}
+
+// bookmarkTemplate is a bookmark object built once, or why it cannot be.
+type bookmarkTemplate struct {
+	item []byte
+	err  error
+}
+
+// bookmarkTemplates holds a bookmarkTemplate per bookmarkKey.
+var bookmarkTemplates sync.Map
+
+// bookmarkItem returns wire.BookmarkItem's object for rv: the type's
+// template, encoded once, with its resourceVersion set. Encoding a built-in
+// type's empty object by reflection runs deep (see onFreshStack); setting a
+// resourceVersion does not.
+func bookmarkItem(f wire.Format, typ wire.ObjectType, rv uint64, initialEventsEnd bool) ([]byte, error) {
+	key := bookmarkKey{f, typ, initialEventsEnd}
+	v, ok := bookmarkTemplates.Load(key)
+	if !ok {
+		item, err := wire.BookmarkItem(f, typ, "1", initialEventsEnd)
+		v, _ = bookmarkTemplates.LoadOrStore(key, bookmarkTemplate{item, err})
+	}
+	tmpl := v.(bookmarkTemplate)
+	if tmpl.err != nil {
+		return nil, tmpl.err
+	}
+	return wire.SetResourceVersion(f, tmpl.item, strconv.FormatUint(rv, 10))
+}
+
+// onFreshStack runs f on a goroutine of its own and waits for it to
+// return. A goroutine keeps the largest stack it ever needed, and a watch's
+// serving goroutine lives for up to an hour, mostly idle: net/http's first
+// flush of a response head runs deeper than anything else a watch does and
+// would double the stack of every idle watcher (16 KiB instead of 8 KiB).
+// f runs while the caller waits, so it may use the caller's ResponseWriter.
+func onFreshStack(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
 // bookmark queues a BOOKMARK at rv.
 func (w *watcher) bookmark(rv uint64, initialEventsEnd bool) error {
-	item, err := wire.BookmarkItem(w.t.Format, w.t.Type, strconv.FormatUint(rv, 10), initialEventsEnd)
+	item, err := bookmarkItem(w.t.Format, w.t.Type, rv, initialEventsEnd)
 	if err != nil {
 		return err // unreachable: checked before the response started
 	}
