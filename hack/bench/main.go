@@ -25,7 +25,7 @@
 //	BENCH_OUT=_output/bench/kube-vVERSION  output directory (the cluster lives in OUT/cluster)
 //	KUBE_VERSION                the control-plane release (default: hack/kube-versions)
 //	BENCH_WALK_LIMITS=500       page sizes of the paginated walks (1000 is added from 100k pods)
-//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,consistent,storm,steady,cold,memory (all but cold)
+//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,consistent,storm,steady,cold,rollout,memory (all but cold and rollout)
 //	BENCH_INFORMERS=50          pod informers started at once in the informer storm
 //	BENCH_WATCHERS=1000         pod watchers kept open in the steady-state scenario
 //	BENCH_LISTPROXY_BIN         listproxy binary (default _output/bin/listproxy)
@@ -100,7 +100,7 @@ func parseConfig(args []string) (config, error) {
 	writeRate := fs.Int("write-rate", envInt("BENCH_WRITE_RATE", 100), "writes per second during consistent reads and churn ($BENCH_WRITE_RATE)")
 	out := fs.String("out", envString("BENCH_OUT", defaultOut()), "output directory ($BENCH_OUT)")
 	walkLimits := fs.String("walk-limits", envString("BENCH_WALK_LIMITS", ""), "comma-separated page sizes of the paginated walks; default 500, plus 1000 from 100k pods ($BENCH_WALK_LIMITS)")
-	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,consistent,storm,steady,cold,memory ($BENCH_SCENARIOS)")
+	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,consistent,storm,steady,cold,rollout,memory ($BENCH_SCENARIOS)")
 	bin := fs.String("listproxy", envString("BENCH_LISTPROXY_BIN", ""), "listproxy binary; default <repo>/_output/bin/listproxy ($BENCH_LISTPROXY_BIN)")
 	selectorN := fs.Int("nodename-requests", envInt("BENCH_NODENAME_REQUESTS", 1000), "spec.nodeName LISTs per side ($BENCH_NODENAME_REQUESTS)")
 	firstPageN := fs.Int("firstpage-requests", envInt("BENCH_FIRSTPAGE_REQUESTS", 200), "sequential first-page LISTs per side ($BENCH_FIRSTPAGE_REQUESTS)")
@@ -149,14 +149,14 @@ func parseConfig(args []string) (config, error) {
 			cfg.walkLimits = append(cfg.walkLimits, n)
 		}
 	}
-	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "consistent": true, "storm": true, "steady": true, "cold": true, "memory": true}
+	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "consistent": true, "storm": true, "steady": true, "cold": true, "rollout": true, "memory": true}
 	for _, s := range strings.Split(*scenarios, ",") {
 		s = strings.TrimSpace(s)
 		if s == "all" {
 			for k := range known {
-				// cold starts listproxy processes and storms the
-				// apiserver directly: minutes per repetition; named only.
-				cfg.scenarios[k] = k != "cold"
+				// cold and rollout start listproxy processes and storm
+				// the apiserver directly: minutes each; named only.
+				cfg.scenarios[k] = k != "cold" && k != "rollout"
 			}
 			continue
 		}

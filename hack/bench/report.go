@@ -24,6 +24,7 @@ type report struct {
 	Memory      []memorySample     `json:"memory"`
 	MemoryCheck []check            `json:"memory_checks"`
 	Steady      *steadyResult      `json:"steady,omitempty"`
+	Rollout     *rolloutResult     `json:"rollout,omitempty"`
 }
 
 type reportConfig struct {
@@ -306,6 +307,20 @@ func (r *report) markdown() string {
 			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
 		}
 	}
+	if ro := r.Rollout; ro != nil {
+		fmt.Fprintf(&b, "\n| rolling restart of %d replicas, %d informers + %d walkers, over %s | apiserver+etcd CPU | walks | walks cut short | pages not from snapshots |\n",
+			ro.Replicas, ro.Informers, ro.Walkers, ms(float64(ro.Seconds)))
+		b.WriteString("|---|---:|---:|---:|---:|\n")
+		for _, name := range []string{"apiserver", "listproxy"} {
+			if s := ro.Sides[name]; s != nil {
+				fmt.Fprintf(&b, "| %s | %.1f s | %d | %d | %d |\n", name, float64(s.APIServerCPU), s.Walks, s.WalkErrors, s.NotSnapshot)
+			}
+		}
+		b.WriteString("\napiserver: the same clients, synced and walking, directly for the rollout's wall time; listproxy: during the rolling restart.\n\n")
+		for _, ch := range ro.Checks {
+			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
+		}
+	}
 	return b.String()
 }
 
@@ -334,6 +349,13 @@ func (r *report) missed() []string {
 		for _, c := range r.Steady.Checks {
 			if !c.Met {
 				out = append(out, fmt.Sprintf("steady: %s %s, got %s", c.Name, c.Want, c.Text))
+			}
+		}
+	}
+	if r.Rollout != nil {
+		for _, c := range r.Rollout.Checks {
+			if !c.Met {
+				out = append(out, fmt.Sprintf("rollout: %s %s, got %s", c.Name, c.Want, c.Text))
 			}
 		}
 	}

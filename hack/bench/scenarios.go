@@ -35,6 +35,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"storm", b.informerStorm},
 		{"steady", b.steady},
 		{"cold", b.coldStorm},
+		{"rollout", b.rollout},
 		{"memory", b.memoryChurn},
 	}
 	for _, s := range steps {
