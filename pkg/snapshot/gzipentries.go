@@ -27,7 +27,9 @@ type GzipEntries struct {
 	// ids[i] is the GzipItem.ID of entries[i] for use, or 0 where it has
 	// none (then no chunk can have been compressed after it).
 	ids []uint64
-	// lens[i] is the length of entries[i]'s piece, or -1 until measured.
+	// lens[i] is the length of entries[i]'s piece, or -1 until measured;
+	// made by the first run to build, so that a stream of cached chunks
+	// allocates none.
 	lens    []int
 	scratch []byte
 	// next is the index of the first entry not yet written.
@@ -40,11 +42,7 @@ type GzipEntries struct {
 // one entry, for use, to dst and returns the result; it must give the same
 // bytes for the same entry every time.
 func NewGzipEntries(zw *gzstitch.Writer, chunks *gzstitch.Compressor, use GzipUse, entries []*Entry, piece func(dst []byte, e *Entry) []byte, cache bool) *GzipEntries {
-	lens := make([]int, len(entries))
-	for i := range lens {
-		lens[i] = -1
-	}
-	return &GzipEntries{zw: zw, chunks: chunks, use: use, entries: entries, piece: piece, cache: cache, ids: make([]uint64, len(entries)), lens: lens}
+	return &GzipEntries{zw: zw, chunks: chunks, use: use, entries: entries, piece: piece, cache: cache, ids: make([]uint64, len(entries))}
 }
 
 // Len returns the number of entries.
@@ -113,6 +111,12 @@ func chunkFits(it *GzipItem, served []uint64) bool {
 // precede the run in this stream, and the chunks then compress as well as
 // in a whole-body stream.
 func (g *GzipEntries) buildRun(start, end int) error {
+	if g.lens == nil {
+		g.lens = make([]int, len(g.entries))
+		for i := range g.lens {
+			g.lens[i] = -1
+		}
+	}
 	s := g.chunks.NewSession()
 	defer s.Close()
 	from := start
