@@ -390,9 +390,21 @@ var watchChunks = func() *gzstitch.Compressor {
 // compresses each object once, not once per informer. Only a watch-list
 // without namespace or selectors builds and caches chunks; a filtered one
 // uses those that fit and compresses the rest at level 1.
-func (w *watcher) sendInitialGzip(items []*snapshot.Entry, rv uint64) error {
+func (w *watcher) sendInitialGzip(items []*snapshot.Entry, rv uint64) (err error) {
 	wr := w.wr
 	zw := gzstitch.NewWriter(wr.w)
+	defer func() {
+		// The member ends also after an error: Close releases its buffers.
+		if cerr := zw.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = wr.rc.Flush()
+		}
+		if err != nil {
+			wr.fail(err)
+		}
+	}()
 	f, typ := wr.format, wr.typ
 	ge := snapshot.NewGzipEntries(zw, watchChunks, snapshot.GzipWatchAdded, items, func(dst []byte, e *snapshot.Entry) []byte {
 		return wire.AppendWatchEvent(dst, f, wire.Added, typ, e.Raw)
@@ -400,16 +412,13 @@ func (w *watcher) sendInitialGzip(items []*snapshot.Entry, rv uint64) error {
 	var flushed int64
 	burst := func(end int) error {
 		wr.setDeadline()
-		err := ge.WriteUpTo(end)
-		if err == nil {
-			err = zw.Flush()
+		if err := ge.WriteUpTo(end); err != nil {
+			return err
 		}
-		if err == nil {
-			err = wr.rc.Flush()
+		if err := zw.Flush(); err != nil {
+			return err
 		}
-		if err != nil {
-			_ = zw.Close()
-			wr.fail(err)
+		if err := wr.rc.Flush(); err != nil {
 			return err
 		}
 		w.metrics.sent(w.labels, int(ge.Size()-flushed))
@@ -432,34 +441,25 @@ func (w *watcher) sendInitialGzip(items []*snapshot.Entry, rv uint64) error {
 	if err := burst(len(items)); err != nil {
 		return err
 	}
-	sent := flushed
+	sent := int(flushed)
 	if w.d.Bookmarks {
-		item, err := bookmarkItem(f, typ, rv, true)
-		if err != nil {
-			_ = zw.Close()
-			return err // unreachable: checked before the response started
-		}
-		frame := wire.AppendWatchEvent(nil, f, wire.Bookmark, typ, item)
-		wr.setDeadline()
-		if _, err := zw.Write(frame); err != nil {
-			_ = zw.Close()
-			wr.fail(err)
+		// The end bookmark, queued as any bookmark, goes into the member.
+		if err := w.bookmark(rv, true); err != nil {
 			return err
 		}
-		w.metrics.event(w.labels, wire.Bookmark)
-		w.metrics.sent(w.labels, len(frame))
-		w.lastRV = max(w.lastRV, rv)
-		sent += int64(len(frame))
+		wr.setDeadline()
+		n := len(wr.buf)
+		_, err := zw.Write(wr.buf)
+		wr.buf = wr.buf[:0]
+		wr.release()
+		if err != nil {
+			return err
+		}
+		w.metrics.sent(w.labels, n)
+		sent += n
 	}
-	w.metrics.initial(w.labels, int(sent))
-	err := zw.Close()
-	if err == nil {
-		err = wr.rc.Flush()
-	}
-	if err != nil {
-		wr.fail(err)
-	}
-	return err
+	w.metrics.initial(w.labels, sent)
+	return nil
 }
 
 // bookmarkKey names a bookmark template.
