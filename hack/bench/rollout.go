@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -203,7 +202,7 @@ func (b *bench) rolloutSide(ctx context.Context, t *target, measure func(api *sa
 // kubectl), counting pages a proxied target did not answer from a
 // snapshot.
 func walkPods(ctx context.Context, t *target, notSnapshot *atomic.Int64) error {
-	first := "/api/v1/pods?limit=" + strconv.Itoa(500)
+	const first = "/api/v1/pods?limit=500"
 	cont := ""
 	for {
 		path := first
