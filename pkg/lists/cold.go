@@ -43,7 +43,13 @@ const storeNotReadyMessage = "storage is (re)initializing"
 // readyStore returns the request's store, starting it on first demand, and
 // whether it has synced, having waited for its first list up to
 // Config.ColdStoreWait (ctx permitting). The entry is nil only before Run.
+// A peer's list neither starts a store nor waits: it is served from a
+// synced one or declined.
 func (l *Lists) readyStore(ctx context.Context, req listRequest) (*storeEntry, bool) {
+	if req.peer {
+		entry := l.existingStore(req.info, req.format)
+		return entry, entry != nil && entry.store.Synced()
+	}
 	entry, ok := l.storeFor(req.info, req.format)
 	if !ok {
 		return nil, false

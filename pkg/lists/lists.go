@@ -50,6 +50,13 @@ type ContinueKeys interface {
 type Config struct {
 	// Upstream is how listproxy reaches the apiserver with its own identity.
 	Upstream *rest.Config
+	// Peer, when set, is how listproxy reaches other replicas of itself in
+	// front of the same apiserver (typically their Service): each store's
+	// first list is read from there, and only its watch from the apiserver
+	// (snapshot.FeederConfig.Warm). A peer that cannot be reached or
+	// cannot answer costs one failed request; the store then lists from
+	// the apiserver.
+	Peer *rest.Config
 	// Resources selects the cached resources.
 	Resources ResourceFilter
 	// Keys seal and open continue tokens.
@@ -166,7 +173,10 @@ type Lists struct {
 	cfg      Config
 	client   *http.Client
 	registry *registry
-	inflight *inflight
+	// peerClient and peerHost reach Config.Peer; nil without one.
+	peerClient *http.Client
+	peerHost   string
+	inflight   *inflight
 
 	// ctx bounds every feeder; set by Run.
 	ctx context.Context
@@ -231,6 +241,15 @@ func New(cfg Config) (*Lists, error) {
 		registry: &registry{discovery: disc, dynamic: dyn, filter: cfg.Resources},
 		inflight: newInflight(cfg.Inflight),
 		stores:   map[storeKey]*storeEntry{},
+	}
+	if cfg.Peer != nil {
+		// A peer's client that cannot be built (its CA file is missing)
+		// leaves stores to list from the apiserver, as without a peer.
+		if l.peerClient, err = rest.HTTPClientFor(cfg.Peer); err != nil {
+			klog.ErrorS(err, "Peer client; stores list from the apiserver", "peer", cfg.Peer.Host)
+			l.peerClient = nil
+		}
+		l.peerHost = strings.TrimSuffix(cfg.Peer.Host, "/")
 	}
 	l.consistency = consistency.New(cfg.ConsistencyCheck, consistencyView{l}, consistencyView{l})
 	return l, nil
@@ -387,9 +406,15 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 	source := &apiSource{client: l.client, host: strings.TrimSuffix(l.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
 	ctx, cancel := context.WithCancel(l.ctx)
 	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel, started: time.Now()}
+	var warm snapshot.Lister
+	if l.peerClient != nil {
+		warm = peerSource{main: source, peer: &apiSource{client: l.peerClient, host: l.peerHost, path: source.path, format: format, custom: info.Custom, peer: true}}
+	}
 	feeder := snapshot.NewFeeder(snapshot.FeederConfig{
 		Store:          store,
 		Source:         source,
+		Warm:           warm,
+		OnWarm:         observe.OnWarm,
 		Extract:        newExtractor(info, format),
 		Name:           name,
 		OnRelist:       observe.OnRelist,
@@ -438,10 +463,23 @@ type listRequest struct {
 	labelSel  labels.Selector
 	fieldSel  fields.Selector
 	selectors bool // a non-empty label or field selector
+	// peer: another replica's first list of a store (headerPeerList),
+	// answered from a synced snapshot or declined, never waited for nor
+	// passed through.
+	peer bool
 }
 
 // parse decides whether r is a cacheable LIST and parses it.
 func (l *Lists) parse(r *http.Request) (listRequest, Reason, bool) {
+	if r.Header.Get(headerPeerList) != "" {
+		req, reason, ok := l.parseRequest(r)
+		req.peer = true
+		return req, reason, ok
+	}
+	return l.parseRequest(r)
+}
+
+func (l *Lists) parseRequest(r *http.Request) (listRequest, Reason, bool) {
 	if r.Method != http.MethodGet {
 		return listRequest{}, ReasonMethod, false
 	}
@@ -487,6 +525,11 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	start := time.Now()
 	req, reason, ok := l.parse(r)
 	if !ok {
+		if req.peer {
+			declinePeerList(w)
+			l.cfg.Metrics.served("", ReasonPeerDeclined, time.Since(start))
+			return true
+		}
 		l.cfg.Metrics.passThrough("", reason)
 		l.TranslateContinue(r)
 		return false
@@ -494,6 +537,11 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	resource := req.info.GVR.GroupResource().String()
 	setAPIServerHeaders(w.Header(), r, req.info)
 	served, reason := l.serve(w, r, req)
+	if !served && req.peer {
+		unsetAPIServerHeaders(w.Header())
+		declinePeerList(w)
+		served, reason = true, ReasonPeerDeclined
+	}
 	if !served {
 		unsetAPIServerHeaders(w.Header())
 		l.cfg.Metrics.passThrough(resource, reason)

@@ -19,11 +19,13 @@ import (
 // apiSource reads one resource in one representation from the apiserver
 // with listproxy's own credentials. It implements snapshot.Source.
 type apiSource struct {
-	client   *http.Client
-	host     string // scheme://host[:port][/prefix] of the apiserver
-	path     string // cluster-wide collection path, e.g. /api/v1/pods
-	format   wire.Format
-	custom   bool
+	client *http.Client
+	host   string // scheme://host[:port][/prefix] of the apiserver
+	path   string // cluster-wide collection path, e.g. /api/v1/pods
+	format wire.Format
+	custom bool
+	// peer marks its requests as a peer's list (headerPeerList).
+	peer     bool
 	envelope atomic.Pointer[wire.ListEnvelope] // of the last list, for responses
 }
 
@@ -56,6 +58,9 @@ func (s *apiSource) do(ctx context.Context, q url.Values, accept string) (*http.
 	}
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", "listproxy")
+	if s.peer {
+		req.Header.Set(headerPeerList, "true")
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return nil, err
@@ -123,3 +128,22 @@ func (w watchAdapter) Next() (snapshot.WatchEvent, error) {
 }
 
 func (w watchAdapter) Close() error { return w.d.Close() }
+
+// peerSource reads a store's first list from a peer replica, which answers
+// a LIST as the apiserver does (the same items, envelope and
+// resourceVersion); the envelope it reads is main's, which serves the
+// store from then on.
+type peerSource struct {
+	main *apiSource
+	peer *apiSource
+}
+
+var _ snapshot.Lister = peerSource{}
+
+func (p peerSource) List(ctx context.Context, limit int64, continueToken string, item func(raw []byte) error) (snapshot.ListResult, error) {
+	res, err := p.peer.List(ctx, limit, continueToken, item)
+	if err == nil {
+		p.main.envelope.Store(p.peer.envelope.Load())
+	}
+	return res, err
+}

@@ -15,12 +15,17 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Source is where a Feeder reads one resource in one representation.
-type Source interface {
+// Lister reads one resource's collection in one representation.
+type Lister interface {
 	// List reads one page of the collection at the latest resourceVersion
 	// (or, with continueToken, the continuation of an earlier page) and calls
 	// item with each item's bytes, which are only valid during the call.
 	List(ctx context.Context, limit int64, continueToken string, item func(raw []byte) error) (ListResult, error)
+}
+
+// Source is where a Feeder reads one resource in one representation.
+type Source interface {
+	Lister
 	// Watch opens a watch with bookmarks starting after resourceVersion rv.
 	Watch(ctx context.Context, rv string) (Watch, error)
 }
@@ -106,6 +111,17 @@ type FeederConfig struct {
 	Store   *Store
 	Source  Source
 	Extract Extractor
+	// Warm, when set, is read instead of Source for the feeder's first
+	// list only: another replica of listproxy that holds the resource
+	// already. What it lists must be the collection at the list's
+	// resourceVersion, as Source's list would be (a consistent list of
+	// the same apiserver); the watch that follows is Source's, from that
+	// resourceVersion. When it fails, the first list is read from Source
+	// at once.
+	Warm Lister
+	// OnWarm, when set, is called with the outcome of the list from Warm
+	// (nil: the store was filled from it).
+	OnWarm func(err error)
 	// PageSize is the limit of each page of the initial list; 0 selects 500.
 	PageSize int64
 	// StallTimeout abandons a watch request that got no answer for this
@@ -219,9 +235,10 @@ func (f *Feeder) Run(ctx context.Context) {
 	defer f.cfg.Store.Stop()
 	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 8, Cap: 10 * time.Second}
 	rv := ""
+	warm := f.cfg.Warm
 	for ctx.Err() == nil {
 		if rv == "" {
-			listRV, err := f.list(ctx)
+			listRV, err := f.firstOrRelist(ctx, &warm)
 			f.listFailing.Store(err != nil && ctx.Err() == nil)
 			if errors.Is(err, ErrNotFound) {
 				f.cfg.Store.Unsync()
@@ -285,12 +302,35 @@ func (f *Feeder) sleep(ctx context.Context, b *wait.Backoff) {
 	}
 }
 
-// list reads the whole collection page by page and replaces the store.
-func (f *Feeder) list(ctx context.Context) (string, error) {
+// firstOrRelist lists from *warm the first time, when it is set, and from
+// Source otherwise or when that fails; it clears *warm.
+func (f *Feeder) firstOrRelist(ctx context.Context, warm *Lister) (string, error) {
+	if *warm != nil {
+		from := *warm
+		*warm = nil
+		rv, err := f.list(ctx, from)
+		if ctx.Err() != nil {
+			return "", err
+		}
+		if f.cfg.OnWarm != nil {
+			f.cfg.OnWarm(err)
+		}
+		if err == nil {
+			klog.V(2).InfoS("Filled from a peer", "store", f.cfg.Name, "resourceVersion", rv)
+			return rv, nil
+		}
+		klog.InfoS("List from a peer failed; listing from the apiserver", "store", f.cfg.Name, "err", err)
+	}
+	return f.list(ctx, f.cfg.Source)
+}
+
+// list reads the whole collection from src page by page and replaces the
+// store.
+func (f *Feeder) list(ctx context.Context, src Lister) (string, error) {
 	var entries []*Entry
 	var listRV, token string
 	for {
-		res, err := f.cfg.Source.List(ctx, f.cfg.PageSize, token, func(raw []byte) error {
+		res, err := src.List(ctx, f.cfg.PageSize, token, func(raw []byte) error {
 			e, err := f.cfg.Extract(raw)
 			if err != nil {
 				return fmt.Errorf("extract list item: %w", err)

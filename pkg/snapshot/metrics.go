@@ -17,6 +17,7 @@ type Metrics struct {
 	historyMax    *prometheus.GaugeVec
 	rv            *prometheus.GaugeVec
 	relists       *prometheus.CounterVec
+	peerLists     *prometheus.CounterVec
 	watchRestarts *prometheus.CounterVec
 	watchHealthy  *prometheus.GaugeVec
 	lastProgress  *prometheus.GaugeVec
@@ -37,12 +38,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		rv:           gauge("resource_version", "resourceVersion up to which the store has every change."),
 		relists: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "relists_total",
 			Help: "Complete lists that (re)filled a store."}, labels),
+		peerLists: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "peer_lists_total",
+			Help: "First lists of a store read from a peer replica (--warm-from), by result: ok (the store was filled from it) or failed (it was listed from the apiserver)."}, append(labels, "result")),
 		watchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "watch_restarts_total",
 			Help: "Watches that ended and were re-established, by reason (closed, error, gone, stalled, lagging)."}, append(labels, "reason")),
 		watchHealthy: gauge("watch_healthy", "1 while the store's watch is open (the store follows the apiserver), 0 while it lists, relists or reconnects."),
 		lastProgress: gauge("last_progress_timestamp_seconds", "Unix time of the store's last complete list, watch event or bookmark."),
 	}
-	for _, c := range []prometheus.Collector{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.historyMax, m.rv, m.relists, m.watchRestarts, m.watchHealthy, m.lastProgress} {
+	for _, c := range []prometheus.Collector{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.historyMax, m.rv, m.relists, m.peerLists, m.watchRestarts, m.watchHealthy, m.lastProgress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register snapshot metrics: %w", err)
 		}
@@ -54,6 +57,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 type StoreObservers struct {
 	OnPublish      func(Stats)
 	OnRelist       func()
+	OnWarm         func(err error)
 	OnWatchRestart func(reason string)
 	OnWatching     func(open bool)
 	OnProgress     func(at time.Time)
@@ -82,7 +86,14 @@ func (m *Metrics) For(resource, format string) StoreObservers {
 			hmax.Set(float64(s.HistoryMaxBytes))
 			rv.Set(float64(s.RV))
 		},
-		OnRelist:       relists.Inc,
+		OnRelist: relists.Inc,
+		OnWarm: func(err error) {
+			result := "ok"
+			if err != nil {
+				result = "failed"
+			}
+			m.peerLists.WithLabelValues(resource, format, result).Inc()
+		},
 		OnWatchRestart: func(reason string) { m.watchRestarts.WithLabelValues(resource, format, reason).Inc() },
 		OnWatching: func(open bool) {
 			if open {

@@ -32,6 +32,9 @@ type Balancer struct {
 	ln       net.Listener
 	backends []string
 	ready    []atomic.Bool
+	// gen counts each backend's restarts (Replaced); a probe answered
+	// across one is dropped.
+	gen []atomic.Uint64
 	next     atomic.Uint64
 	conns    atomic.Int64 // connections accepted
 	ctx      context.Context
@@ -52,7 +55,7 @@ func StartBalancer(backends []string) (*Balancer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Balancer{
 		Addr: ln.Addr().String(), ln: ln, backends: backends,
-		ready: make([]atomic.Bool, len(backends)), ctx: ctx, cancel: cancel,
+		ready: make([]atomic.Bool, len(backends)), gen: make([]atomic.Uint64, len(backends)), ctx: ctx, cancel: cancel,
 		open: map[net.Conn]struct{}{},
 	}
 	b.probe()
@@ -70,6 +73,15 @@ func (b *Balancer) Connections() int64 { return b.conns.Load() }
 
 // Ready reports whether backend i answered its last readiness probe.
 func (b *Balancer) Ready(i int) bool { return b.ready[i].Load() }
+
+// Replaced takes backend i out of rotation until its next probe that starts
+// after this call answers 200: what a Service's endpoints do for a pod that
+// is deleted and replaced by a new one, which joins once its readiness
+// probe passes.
+func (b *Balancer) Replaced(i int) {
+	b.gen[i].Add(1)
+	b.ready[i].Store(false)
+}
 
 // Close stops accepting, closes every open connection and waits for the
 // balancer's goroutines.
@@ -107,19 +119,24 @@ func (b *Balancer) probe() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			gen := b.gen[i].Load()
+			ready := false
+			defer func() {
+				if b.gen[i].Load() == gen {
+					b.ready[i].Store(ready)
+				}
+			}()
 			req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
 			if err != nil {
-				b.ready[i].Store(false)
 				return
 			}
 			resp, err := client.Do(req)
 			if err != nil {
-				b.ready[i].Store(false)
 				return
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
-			b.ready[i].Store(resp.StatusCode == http.StatusOK)
+			ready = resp.StatusCode == http.StatusOK
 		}()
 	}
 	wg.Wait()

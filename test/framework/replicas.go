@@ -116,10 +116,11 @@ type ReplicaSet struct {
 	args []string
 }
 
-// StartReplicaSet builds listproxy, starts n replicas with args (plus
-// --kubeconfig, --listen-address and --continue-token-keys-file) in dir,
-// waits until each is ready, and starts a Balancer in front of them. Stop
-// ends them.
+// StartReplicaSet builds listproxy, starts a Balancer, then n replicas
+// behind it with args (plus --kubeconfig, --listen-address,
+// --continue-token-keys-file and --warm-from the Balancer, as the Helm
+// chart's replicas warm from their Service) in dir, waiting until each is
+// ready. Stop ends them.
 func StartReplicaSet(ctx context.Context, cp *ControlPlane, dir string, n int, args ...string) (*ReplicaSet, error) {
 	bin, err := BuildListproxy(dir)
 	if err != nil {
@@ -137,23 +138,22 @@ func StartReplicaSet(ctx context.Context, cp *ControlPlane, dir string, n int, a
 	if err != nil {
 		return nil, err
 	}
-	rs := &ReplicaSet{KeyFile: keyFile, bin: bin,
-		args: append([]string{"--kubeconfig=" + kubeconfig, "--continue-token-keys-file=" + keyFile}, args...)}
+	rs := &ReplicaSet{KeyFile: keyFile, bin: bin}
 	var backends []string
 	for i, port := range ports {
 		r := &Replica{Index: i, Addr: "127.0.0.1:" + strconv.Itoa(port), LogFile: filepath.Join(dir, fmt.Sprintf("listproxy-%d.log", i))}
 		rs.Replicas = append(rs.Replicas, r)
 		backends = append(backends, r.Addr)
 	}
+	if rs.Balancer, err = StartBalancer(backends); err != nil {
+		return nil, err
+	}
+	rs.args = append([]string{"--kubeconfig=" + kubeconfig, "--continue-token-keys-file=" + keyFile, "--warm-from=" + rs.Balancer.URL()}, args...)
 	for i := range rs.Replicas {
 		if err := rs.Start(ctx, i); err != nil {
 			_ = rs.Stop()
 			return nil, err
 		}
-	}
-	if rs.Balancer, err = StartBalancer(backends); err != nil {
-		_ = rs.Stop()
-		return nil, err
 	}
 	return rs, nil
 }
@@ -165,6 +165,10 @@ func (rs *ReplicaSet) Start(ctx context.Context, i int) error {
 	if r.proc != nil {
 		r.mu.Unlock()
 		return fmt.Errorf("replica %d is running", i)
+	}
+	if rs.Balancer != nil {
+		// A new pod: out of the Service until its readiness probe passes.
+		rs.Balancer.Replaced(i)
 	}
 	p, err := StartProcess(fmt.Sprintf("listproxy-%d", i), rs.bin, append([]string{"--listen-address=" + r.Addr}, rs.args...), r.LogFile)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/url"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/pkg/consistency"
@@ -32,6 +34,8 @@ type CacheOptions struct {
 	Resources               []string
 	Preload                 []string
 	ColdStoreWait           time.Duration
+	WarmFrom                string
+	WarmFromCAFile          string
 	SnapshotHistory         time.Duration
 	SnapshotHistoryMaxBytes int64
 	SnapshotHistoryMaxRatio float64
@@ -103,6 +107,10 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"Resources served from snapshots, as RESOURCE[.GROUP] (pods, deployments.apps, widgets.example.com), or * for every resource discovery reports with list and watch. Empty: pass everything through.")
 	fs.StringSliceVar(&o.Preload, "preload", o.Preload,
 		"Stores started when listproxy starts, as RESOURCE[.GROUP][/FORMAT] in the resource's preferred version, FORMAT json, protobuf, meta-json or meta-protobuf; without FORMAT, protobuf for built-in resources and json for custom ones, what client-go's typed clients and informers ask for (e.g. pods,pods/json,endpointslices.discovery.k8s.io). /readyz fails until each has completed its first list, so a Service sends nothing to a replica with cold stores; they are never dropped as idle. Empty: every store starts on its first request.")
+	fs.StringVar(&o.WarmFrom, "warm-from", o.WarmFrom,
+		"URL of other replicas of this listproxy in front of the same apiserver, typically their Service (https://listproxy.NAMESPACE.svc:8443). Each store's first list is read from there, answered only from a snapshot a replica holds synced, and only its watch from the apiserver, so that a restarted or added replica costs the apiserver a watch rather than a full list. A peer that cannot answer costs one declined request; the store then lists from the apiserver. An https peer gets listproxy's upstream credentials; an http one (sidecar mode, loopback) gets none. Empty: stores list from the apiserver.")
+	fs.StringVar(&o.WarmFromCAFile, "warm-from-ca-file", o.WarmFromCAFile,
+		"CA bundle that verifies the --warm-from peers' serving certificate; empty uses the system roots. A bundle that cannot be read leaves stores to list from the apiserver (logged).")
 	fs.DurationVar(&o.ColdStoreWait, "cold-store-wait", o.ColdStoreWait,
 		"How long a LIST or watch of a store that has not synced yet waits for its first list (started by the first request) instead of passing through beside it. Past it: a LIST with a limit and no selectors passes through, any other LIST or watch gets 429 with Retry-After, as the apiserver answers while its watch cache initializes. 0 does not wait.")
 	fs.DurationVar(&o.SnapshotHistory, "snapshot-history", o.SnapshotHistory,
@@ -169,6 +177,15 @@ func (o *CacheOptions) validate() []error {
 			}
 		}
 	}
+	if o.WarmFrom != "" {
+		if u, err := url.Parse(o.WarmFrom); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--warm-from: want an http or https URL, got %q", o.WarmFrom))
+		} else if o.WarmFromCAFile != "" && u.Scheme != "https" {
+			errs = append(errs, errors.New("--warm-from-ca-file: set, but --warm-from is not https"))
+		}
+	} else if o.WarmFromCAFile != "" {
+		errs = append(errs, errors.New("--warm-from-ca-file: set without --warm-from"))
+	}
 	for name, d := range map[string]time.Duration{"--cold-store-wait": o.ColdStoreWait, "--snapshot-history": o.SnapshotHistory, "--idle-resource-ttl": o.IdleResourceTTL, "--not-older-than-wait": o.NotOlderThanWait, "--list-queue-wait": o.ListQueueWait, "--list-write-timeout": o.ListWriteTimeout, "--watch-write-timeout": o.WatchWriteTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", name, d))
@@ -215,6 +232,29 @@ func (o *CacheOptions) etcdPrefix(gr schema.GroupResource, custom bool) string {
 		return strings.TrimSuffix(p, "/") + "/"
 	}
 	return freshness.DefaultPrefix(o.EtcdPrefix, gr.Group, gr.Resource, custom)
+}
+
+// peerConfig returns how to reach --warm-from, nil without it: upstream's
+// credentials over https, verified with --warm-from-ca-file (or the system
+// roots); no credentials over http.
+func (o *CacheOptions) peerConfig(upstream *rest.Config) *rest.Config {
+	if o.WarmFrom == "" {
+		return nil
+	}
+	var cfg *rest.Config
+	if strings.HasPrefix(o.WarmFrom, "https://") {
+		cfg = rest.CopyConfig(upstream)
+		cfg.TLSClientConfig = rest.TLSClientConfig{
+			CAFile:   o.WarmFromCAFile,
+			CertFile: upstream.CertFile, KeyFile: upstream.KeyFile,
+			CertData: upstream.CertData, KeyData: upstream.KeyData,
+		}
+	} else {
+		cfg = rest.AnonymousClientConfig(upstream)
+		cfg.TLSClientConfig = rest.TLSClientConfig{}
+	}
+	cfg.Host = o.WarmFrom
+	return cfg
 }
 
 func (o *CacheOptions) etcdTLS() (*tls.Config, error) {
@@ -272,6 +312,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 	}
 	lcfg := lists.Config{
 		Upstream:              cfg.Upstream,
+		Peer:                  o.peerConfig(cfg.Upstream),
 		Preload:               preload,
 		ColdStoreWait:         o.ColdStoreWait,
 		Resources:             lists.ResourceFilter(o.Resources),

@@ -1,0 +1,139 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/listproxy/listproxy/test/framework"
+)
+
+// TestWarmStartFromPeer: replicas started with --warm-from their balancer
+// (the Helm chart's Service) read each preloaded store's first list from a
+// ready peer and only watch the apiserver. A replica restarted while
+// configmaps are being written costs the apiserver no LIST at all, and its
+// stores then hold exactly the apiserver's state, in both formats. The
+// first replica, with no ready peer, is declined at once and lists from the
+// apiserver.
+func TestWarmStartFromPeer(t *testing.T) {
+	const ns, objects = "warm", 200
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs := cp.Clientset(framework.UserAdmin)
+	for i := range objects {
+		scaleCreate(ctx, t, cs, ns, fmt.Sprintf("warm-%03d", i), "0")
+	}
+	rs, err := framework.StartReplicaSet(ctx, cp, t.TempDir(), 2,
+		"--etcd-servers="+cp.EtcdEndpoint, "--resources=configmaps", "--preload=configmaps,configmaps/json",
+		"--consistency-check-interval=0", "--shutdown-delay=0s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rs.Stop(); err != nil {
+			t.Errorf("stop replicas: %v", err)
+		}
+		if t.Failed() {
+			for _, r := range rs.Replicas {
+				t.Logf("==== last lines of %s:\n%s", r.LogFile, framework.LogTail(r.LogFile, 30))
+			}
+		}
+	})
+	peerLists := func(i int, result string) float64 {
+		m := framework.Scrape(t, nil, rs.Replicas[i].URL()+"/metrics")
+		return m.Sum("listproxy_snapshot_peer_lists_total", `resource="configmaps"`, `result="`+result+`"`)
+	}
+	if ok, failed := peerLists(0, "ok"), peerLists(0, "failed"); ok != 0 || failed != 2 {
+		t.Errorf("first replica: %v stores filled from a peer, %v declined; want 0 and 2 (no peer was ready)", ok, failed)
+	}
+
+	// Writes go on while replica 1 restarts: the changes between the peer's
+	// list and the apiserver watch must reach it.
+	writeCtx, stopWrites := context.WithCancel(ctx)
+	var writes sync.WaitGroup
+	writes.Go(func() {
+		for v := 1; writeCtx.Err() == nil; v++ {
+			patch := fmt.Sprintf(`{"data":{"v":"%d"}}`, v)
+			name := fmt.Sprintf("warm-%03d", v%objects)
+			if _, err := cs.CoreV1().ConfigMaps(ns).Patch(writeCtx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && writeCtx.Err() == nil {
+				t.Errorf("patch %s: %v", name, err)
+				return
+			}
+		}
+	})
+	// The peer is in the balancer's rotation, as a ready pod is in its
+	// Service's endpoints.
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		return rs.Balancer.Ready(0), nil
+	}); err != nil {
+		t.Fatalf("replica 0 never ready behind the balancer: %v", err)
+	}
+	before := apiserverLists(t, cp, "configmaps")
+	if err := rs.Terminate(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := rs.Start(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := apiserverLists(t, cp, "configmaps") - before; got != 0 {
+		t.Errorf("the restarted replica cost the apiserver %d LISTs of configmaps, want 0", got)
+	}
+	if ok, failed := peerLists(1, "ok"), peerLists(1, "failed"); ok != 2 || failed != 0 {
+		t.Errorf("restarted replica: %v stores filled from a peer, %v declined; want 2 and 0", ok, failed)
+	}
+	stopWrites()
+	writes.Wait()
+
+	// A consistent read from the restarted replica, in each format,
+	// equals the apiserver's state.
+	want := configMapValues(t, ctx, cs, ns)
+	for _, contentType := range []string{"application/json", "application/vnd.kubernetes.protobuf"} {
+		cfg := &rest.Config{Host: rs.Replicas[1].URL(), ContentConfig: rest.ContentConfig{ContentType: contentType}}
+		rec := &servedFromRecorder{}
+		cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+			rec.next = rt
+			return rec
+		}
+		got := configMapValues(t, ctx, kubernetes.NewForConfigOrDie(cfg), ns)
+		if served := rec.get(); len(served) != 1 || served[0] != "snapshot" {
+			t.Errorf("%s: LIST served from %q, want snapshot", contentType, served)
+		}
+		if len(got) != len(want) {
+			t.Errorf("%s: the restarted replica lists %d configmaps, the apiserver %d", contentType, len(got), len(want))
+		}
+		for name, w := range want {
+			if g := got[name]; g != w {
+				t.Errorf("%s: configmap %s is %v on the restarted replica, %v on the apiserver", contentType, name, g, w)
+			}
+		}
+	}
+}
+
+// configMapValues lists ns's configmaps (a consistent read) and returns each
+// one's resourceVersion and data by name.
+func configMapValues(t *testing.T, ctx context.Context, cs kubernetes.Interface, ns string) map[string][2]string {
+	t.Helper()
+	list, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][2]string{}
+	for _, cm := range list.Items {
+		out[cm.Name] = [2]string{cm.ResourceVersion, fmt.Sprint(cm.Data)}
+	}
+	return out
+}
+
