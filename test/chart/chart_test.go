@@ -80,7 +80,7 @@ var variants = []variant{
 				"--shutdown-delay=5s",
 				"--shutdown-grace-period=20s",
 				"--continue-token-keys-file=/etc/listproxy/continue-token-keys/keys",
-			}, []string{"--etcd-servers", "--tls-cert-file", "--authentication=none"})
+			}, []string{"--etcd-servers", "--tls-cert-file", "--authentication=none", "--warm-from"})
 			if got := d.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != 30 {
 				t.Errorf("terminationGracePeriodSeconds = %v, want 30 (above the shutdown delay and grace period)", got)
 			}
@@ -120,6 +120,9 @@ var variants = []variant{
 				"--etcd-cafile=/etc/listproxy/etcd/ca.crt",
 				"--etcd-certfile=/etc/listproxy/etcd/tls.crt",
 				"--etcd-keyfile=/etc/listproxy/etcd/tls.key",
+				// Peers are verified with the serving Secret's CA.
+				"--warm-from=https://" + fullname + ".listproxy.svc:443",
+				"--warm-from-ca-file=/etc/listproxy/tls/ca.crt",
 			}, nil)
 			for vol, secret := range map[string]string{"tls": "listproxy-tls", "etcd-tls": "etcd-client"} {
 				v := findVolume(d, vol)
