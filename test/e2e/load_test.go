@@ -112,6 +112,10 @@ func TestLoad(t *testing.T) {
 
 	t.Run("storm", func(t *testing.T) { testLoadStorm(ctx, t, cp, lp, n) })
 	t.Run("slow_reader", func(t *testing.T) { testLoadSlowReader(ctx, t, cp, lp, n) })
+	if err := lp.Stop(); err != nil {
+		t.Errorf("stop the in-process listproxy: %v", err)
+	}
+	t.Run("storm_process_rss", func(t *testing.T) { testLoadStormRSS(ctx, t, cp, n) })
 }
 
 // seedLoadPods creates n pods of about 1.4 KB each as the apiserver stores
@@ -171,29 +175,8 @@ func testLoadStorm(ctx context.Context, t *testing.T, cp *framework.ControlPlane
 	baseline := heapLive()
 	apiserverListsBefore := apiserverLists(t, cp, "pods")
 
-	transport := &http.Transport{MaxIdleConnsPerHost: loadStormClients, DisableCompression: true}
-	defer transport.CloseIdleConnections()
-	client := &http.Client{Transport: transport}
 	stopSampling := sampleHeap()
-	begin := time.Now()
-	results := make([]stormResult, loadStormClients)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range results {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			q := url.Values{"resourceVersion": {"0"}}
-			if i%2 == 1 {
-				q = nil // consistent
-			}
-			<-start
-			results[i] = stormList(ctx, client, lp.URL+path, q, i%4 == 3)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	elapsed := time.Since(begin)
+	results, elapsed := runStorm(ctx, lp.URL+path)
 	peak := stopSampling()
 
 	counts := map[string]int{}
@@ -271,6 +254,102 @@ func testLoadStorm(ctx context.Context, t *testing.T, cp *framework.ControlPlane
 	}
 	if got := m.Sum("listproxy_lists_write_timeouts_total"); got != timeoutsBefore {
 		t.Errorf("listproxy_lists_write_timeouts_total went from %v to %v during the storm, want no admitted response cut short", timeoutsBefore, got)
+	}
+}
+
+// runStorm sends loadStormClients full JSON LISTs of u at once: half at
+// resourceVersion=0, half consistent, a quarter of all gzipped.
+func runStorm(ctx context.Context, u string) ([]stormResult, time.Duration) {
+	transport := &http.Transport{MaxIdleConnsPerHost: loadStormClients, DisableCompression: true}
+	defer transport.CloseIdleConnections()
+	client := &http.Client{Transport: transport}
+	begin := time.Now()
+	results := make([]stormResult, loadStormClients)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q := url.Values{"resourceVersion": {"0"}}
+			if i%2 == 1 {
+				q = nil // consistent
+			}
+			<-start
+			results[i] = stormList(ctx, client, u, q, i%4 == 3)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return results, time.Since(begin)
+}
+
+// testLoadStormRSS: the same storm against listproxy as its own process,
+// the binary a Deployment runs with its shipped GOGC. Its resident set
+// during the storm stays below what it held with the store loaded and its
+// gzip chunks built, plus --max-inflight-list-bytes: responses are streamed
+// from the stored bytes, and the excess waits or gets 429.
+func testLoadStormRSS(ctx context.Context, t *testing.T, cp *framework.ControlPlane, n int) {
+	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	rs, err := framework.StartReplicaSet(startCtx, cp, t.TempDir(), 1,
+		"--resources=pods", "--preload=pods/json", "--etcd-servers="+cp.EtcdEndpoint, "--consistent-read-fallback=reject",
+		"--consistency-check-interval=0",
+		"--max-inflight-lists="+strconv.Itoa(loadMaxInflightLists),
+		"--max-inflight-list-bytes="+strconv.Itoa(loadMaxInflightBytes),
+		"--list-queue-wait="+loadQueueWait.String(),
+		"--list-write-timeout="+loadWriteTimeout.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rs.Stop(); err != nil {
+			t.Errorf("stop listproxy: %v", err)
+		}
+	})
+	r := rs.Replicas[0]
+	u := r.URL() + "/api/v1/pods"
+	// What a replica serving this storm holds anyway: the store, and the
+	// gzip chunks of its first gzip list; one consistent read proven.
+	plain := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer plain.CloseIdleConnections()
+	for _, q := range []url.Values{{"resourceVersion": {"0"}}, nil} {
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			res := stormList(ctx, plain, u, q, true)
+			return res.err == nil && res.code == http.StatusOK && res.items == n, nil
+		})
+		if err != nil {
+			t.Fatalf("no complete gzip full list (%v): %v", q, err)
+		}
+	}
+	before, err := r.RSS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ResetPeakRSS(); err != nil {
+		t.Fatal(err)
+	}
+	results, elapsed := runStorm(ctx, u)
+	peak := r.PeakRSS()
+	ok := 0
+	for i, res := range results {
+		switch {
+		case res.err != nil:
+			t.Errorf("client %d: %v", i, res.err)
+		case res.code == http.StatusOK && res.items == n:
+			ok++
+		case res.code != http.StatusTooManyRequests:
+			t.Errorf("client %d: HTTP %d with %d of %d pods, want a complete list or 429", i, res.code, res.items, n)
+		}
+	}
+	bound := before + loadMaxInflightBytes
+	t.Logf("listproxy process: RSS %d MiB with the store loaded; peak %d MiB during %d concurrent full LISTs (%d complete) in %v; bound %d MiB (+ --max-inflight-list-bytes)",
+		before>>20, peak>>20, loadStormClients, ok, elapsed.Round(time.Millisecond), bound>>20)
+	if ok == 0 {
+		t.Error("no LIST of the storm succeeded")
+	}
+	if peak > bound {
+		t.Errorf("peak RSS %d MiB during the storm, want at most %d MiB (%d MiB before + %d MiB --max-inflight-list-bytes)", peak>>20, bound>>20, before>>20, loadMaxInflightBytes>>20)
 	}
 }
 

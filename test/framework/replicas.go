@@ -86,8 +86,37 @@ func (r *Replica) sampleLocked() {
 	}
 }
 
+// RSS returns the running process's resident set size (VmRSS) now, in
+// bytes.
+func (r *Replica) RSS() (int64, error) {
+	p := r.Process()
+	if p == nil {
+		return 0, fmt.Errorf("replica %d is not running", r.Index)
+	}
+	return procStatusBytes(p.Pid(), "VmRSS:")
+}
+
+// ResetPeakRSS starts the running process's peak resident set (VmHWM) over
+// from its current size (Linux: 5 written to /proc/PID/clear_refs), so that
+// PeakRSS measures from now; the peaks of earlier processes are forgotten.
+func (r *Replica) ResetPeakRSS() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.proc == nil {
+		return fmt.Errorf("replica %d is not running", r.Index)
+	}
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", r.proc.Pid()), []byte("5"), 0); err != nil {
+		return fmt.Errorf("reset peak RSS: %w", err)
+	}
+	r.peakRSS = 0
+	return nil
+}
+
 // vmHWM reads a process's peak resident set size from /proc.
-func vmHWM(pid int) (int64, error) {
+func vmHWM(pid int) (int64, error) { return procStatusBytes(pid, "VmHWM:") }
+
+// procStatusBytes reads the size field (in kB) of /proc/PID/status.
+func procStatusBytes(pid int, field string) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
@@ -95,12 +124,12 @@ func vmHWM(pid int) (int64, error) {
 	defer func() { _ = f.Close() }()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if v, ok := strings.CutPrefix(s.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(s.Text(), field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return kb << 10, err
 		}
 	}
-	return 0, errors.New("no VmHWM in /proc status")
+	return 0, fmt.Errorf("no %s in /proc status", field)
 }
 
 // ReplicaSet is N listproxy processes (the binary of this repository) in
