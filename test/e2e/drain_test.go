@@ -33,22 +33,9 @@ func TestDrainInformerRewatchesElsewhere(t *testing.T) {
 	for i := range 20 {
 		scaleCreate(ctx, t, cs, "default", fmt.Sprintf("drain-%02d", i), "0")
 	}
-	rs, err := framework.StartReplicaSet(ctx, cp, t.TempDir(), 2,
+	rs := startReplicaSet(ctx, t, cp, 2,
 		"--etcd-servers="+cp.EtcdEndpoint, "--resources=configmaps", "--preload=configmaps",
 		"--shutdown-delay=1s", "--shutdown-grace-period=10s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rs.Stop(); err != nil {
-			t.Errorf("stop replicas: %v", err)
-		}
-		if t.Failed() {
-			for _, r := range rs.Replicas {
-				t.Logf("==== last lines of %s:\n%s", r.LogFile, framework.LogTail(r.LogFile, 30))
-			}
-		}
-	})
 
 	lbClient := kubernetes.NewForConfigOrDie(&rest.Config{Host: rs.Balancer.URL()})
 	var lists, watches atomic.Int64
@@ -78,7 +65,7 @@ func TestDrainInformerRewatchesElsewhere(t *testing.T) {
 
 	// The replica serving the informer's watch.
 	serving := -1
-	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for _, r := range rs.Replicas {
 			if framework.Scrape(t, nil, r.URL()+"/metrics").Sum("listproxy_watch_open") == 1 {
 				serving = r.Index

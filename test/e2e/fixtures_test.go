@@ -240,3 +240,25 @@ func (c rawClient) get(ctx context.Context, path string, q url.Values, accept st
 	_, err = io.Copy(&buf, resp.Body)
 	return resp.StatusCode, resp.Header, buf.Bytes(), err
 }
+
+// startReplicaSet starts n listproxy replicas with args behind a balancer
+// (framework.StartReplicaSet) for the test, and stops them when it ends,
+// showing each replica's last log lines if it failed.
+func startReplicaSet(ctx context.Context, t *testing.T, cp *framework.ControlPlane, n int, args ...string) *framework.ReplicaSet {
+	t.Helper()
+	rs, err := framework.StartReplicaSet(ctx, cp, t.TempDir(), n, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rs.Stop(); err != nil {
+			t.Errorf("stop replicas: %v", err)
+		}
+		if t.Failed() {
+			for _, r := range rs.Replicas {
+				t.Logf("==== last lines of %s:\n%s", r.LogFile, framework.LogTail(r.LogFile, 30))
+			}
+		}
+	})
+	return rs
+}

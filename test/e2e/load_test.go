@@ -292,21 +292,13 @@ func runStorm(ctx context.Context, u string) ([]stormResult, time.Duration) {
 func testLoadStormRSS(ctx context.Context, t *testing.T, cp *framework.ControlPlane, n int) {
 	startCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	rs, err := framework.StartReplicaSet(startCtx, cp, t.TempDir(), 1,
+	rs := startReplicaSet(startCtx, t, cp, 1,
 		"--resources=pods", "--preload=pods/json", "--etcd-servers="+cp.EtcdEndpoint, "--consistent-read-fallback=reject",
 		"--consistency-check-interval=0",
 		"--max-inflight-lists="+strconv.Itoa(loadMaxInflightLists),
 		"--max-inflight-list-bytes="+strconv.Itoa(loadMaxInflightBytes),
 		"--list-queue-wait="+loadQueueWait.String(),
 		"--list-write-timeout="+loadWriteTimeout.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rs.Stop(); err != nil {
-			t.Errorf("stop listproxy: %v", err)
-		}
-	})
 	r := rs.Replicas[0]
 	u := r.URL() + "/api/v1/pods"
 	// What a replica serving this storm holds anyway: the store, and the

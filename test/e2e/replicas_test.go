@@ -201,23 +201,10 @@ func TestReplicas(t *testing.T) {
 	}
 
 	startCtx, startCancel := context.WithTimeout(ctx, 3*time.Minute)
-	rs, err := framework.StartReplicaSet(startCtx, cp, t.TempDir(), scaleReplicas,
+	rs := startReplicaSet(startCtx, t, cp, scaleReplicas,
 		"--etcd-servers="+cp.EtcdEndpoint, "--resources=configmaps", "--preload=configmaps,configmaps/json",
 		"--shutdown-delay=1s", "--shutdown-grace-period=10s")
 	startCancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rs.Stop(); err != nil {
-			t.Errorf("stop replicas: %v", err)
-		}
-		if t.Failed() {
-			for _, r := range rs.Replicas {
-				t.Logf("==== last lines of %s:\n%s", r.LogFile, framework.LogTail(r.LogFile, 30))
-			}
-		}
-	})
 	s := &scaleRun{
 		t: t, cp: cp, rs: rs, cs: cs, apic: newRawClient(t, cp.AdminConfig),
 		lb:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute},

@@ -36,22 +36,9 @@ func TestWarmStartFromPeer(t *testing.T) {
 	for i := range objects {
 		scaleCreate(ctx, t, cs, ns, fmt.Sprintf("warm-%03d", i), "0")
 	}
-	rs, err := framework.StartReplicaSet(ctx, cp, t.TempDir(), 2,
+	rs := startReplicaSet(ctx, t, cp, 2,
 		"--etcd-servers="+cp.EtcdEndpoint, "--resources=configmaps", "--preload=configmaps,configmaps/json",
 		"--consistency-check-interval=0", "--shutdown-delay=0s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rs.Stop(); err != nil {
-			t.Errorf("stop replicas: %v", err)
-		}
-		if t.Failed() {
-			for _, r := range rs.Replicas {
-				t.Logf("==== last lines of %s:\n%s", r.LogFile, framework.LogTail(r.LogFile, 30))
-			}
-		}
-	})
 	peerLists := func(i int, result string) float64 {
 		m := framework.Scrape(t, nil, rs.Replicas[i].URL()+"/metrics")
 		return m.Sum("listproxy_snapshot_peer_lists_total", `resource="configmaps"`, `result="`+result+`"`)
@@ -136,4 +123,3 @@ func configMapValues(t *testing.T, ctx context.Context, cs kubernetes.Interface,
 	}
 	return out
 }
-

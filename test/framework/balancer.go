@@ -34,12 +34,12 @@ type Balancer struct {
 	ready    []atomic.Bool
 	// gen counts each backend's restarts (Replaced); a probe answered
 	// across one is dropped.
-	gen []atomic.Uint64
-	next     atomic.Uint64
-	conns    atomic.Int64 // connections accepted
-	ctx      context.Context
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	gen    []atomic.Uint64
+	next   atomic.Uint64
+	conns  atomic.Int64 // connections accepted
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu   sync.Mutex
 	open map[net.Conn]struct{} // guarded by mu
