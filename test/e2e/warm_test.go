@@ -123,3 +123,61 @@ func configMapValues(t *testing.T, ctx context.Context, cs kubernetes.Interface,
 	}
 	return out
 }
+
+// TestWarmStartFromPeerServiceMode: in service mode a replica warms over
+// https from a peer it verifies with --warm-from-ca-file, presenting its own
+// upstream credentials, which the peer authenticates and authorizes like
+// any caller's; it costs the apiserver no LIST. A peer it cannot verify
+// (no CA given, a self-signed certificate) is never sent a request that
+// succeeds: the replica lists from the apiserver.
+func TestWarmStartFromPeerServiceMode(t *testing.T) {
+	const ns = "warm-service"
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs := cp.Clientset(framework.UserAdmin)
+	for i := range 50 {
+		scaleCreate(ctx, t, cs, ns, fmt.Sprintf("warm-%02d", i), "0")
+	}
+	args := []string{"--authentication=delegated", "--client-ca-file=" + cp.CAFile, "--etcd-servers=" + cp.EtcdEndpoint,
+		"--resources=configmaps", "--preload=configmaps", "--consistency-check-interval=0"}
+	peer := framework.StartListproxy(t, cp, args...)
+	peerLists := func(lp *framework.Listproxy, result string) float64 {
+		client, err := rest.HTTPClientFor(lp.UserConfig(framework.UserAdmin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := framework.Scrape(t, client, lp.URL+"/metrics")
+		return m.Sum("listproxy_snapshot_peer_lists_total", `resource="configmaps"`, `result="`+result+`"`)
+	}
+
+	before := apiserverLists(t, cp, "configmaps")
+	warm := framework.StartListproxy(t, cp, append(args, "--warm-from="+peer.URL, "--warm-from-ca-file="+peer.CAFile)...)
+	if got := apiserverLists(t, cp, "configmaps") - before; got != 0 {
+		t.Errorf("the replica warmed over https cost the apiserver %d LISTs of configmaps, want 0", got)
+	}
+	if ok := peerLists(warm, "ok"); ok != 1 {
+		t.Errorf("%v stores filled from the https peer, want 1", ok)
+	}
+
+	unverified := framework.StartListproxy(t, cp, append(args, "--warm-from="+peer.URL)...)
+	if ok, failed := peerLists(unverified, "ok"), peerLists(unverified, "failed"); ok != 0 || failed != 1 {
+		t.Errorf("peer without a CA to verify it: %v stores filled from it, %v failed; want 0 and 1", ok, failed)
+	}
+	// Both serve the apiserver's configmaps.
+	want := configMapValues(t, ctx, cs, ns)
+	for name, lp := range map[string]*framework.Listproxy{"warm": warm, "unverified": unverified} {
+		got := configMapValues(t, ctx, kubernetes.NewForConfigOrDie(lp.UserConfig(framework.UserAdmin)), ns)
+		if len(got) != len(want) {
+			t.Errorf("%s: %d configmaps, the apiserver %d", name, len(got), len(want))
+		}
+		for n, w := range want {
+			if got[n] != w {
+				t.Errorf("%s: configmap %s is %v, %v on the apiserver", name, n, got[n], w)
+			}
+		}
+	}
+}
