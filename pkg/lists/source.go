@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -113,16 +115,30 @@ func (s *apiSource) Watch(ctx context.Context, rv string) (snapshot.Watch, error
 		return nil, err
 	}
 	dec := wire.NewWatchDecoder(s.format, resp.Body, wire.WatchOptions{StripTypeMeta: !s.custom && !s.format.IsMeta()})
-	return watchAdapter{dec}, nil
+	return watchAdapter{d: dec, format: s.format}, nil
 }
 
 // watchAdapter turns wire events into snapshot events.
-type watchAdapter struct{ d *wire.WatchDecoder }
+type watchAdapter struct {
+	d      *wire.WatchDecoder
+	format wire.Format
+}
 
+// Next returns the next event. An ERROR event saying the apiserver's cache
+// has not reached the watch's resourceVersion yet (a peer's list can be at
+// etcd's newest revision, which the cache reaches moments later) is an
+// error to retry from the same resourceVersion, as client-go's reflector
+// does, not snapshot.ErrGone: it needs no relist.
 func (w watchAdapter) Next() (snapshot.WatchEvent, error) {
 	ev, err := w.d.Next()
 	if err != nil {
 		return snapshot.WatchEvent{}, err
+	}
+	if ev.Type == wire.Error {
+		if st, err := wire.DecodeStatus(w.format, ev.Object); err == nil &&
+			apierrors.HasStatusCause(&apierrors.StatusError{ErrStatus: *st}, metav1.CauseTypeResourceVersionTooLarge) {
+			return snapshot.WatchEvent{}, fmt.Errorf("watch: %s", st.Message)
+		}
 	}
 	return snapshot.WatchEvent{Type: snapshot.EventType(ev.Type), Object: ev.Object, ResourceVersion: ev.ResourceVersion}, nil
 }
