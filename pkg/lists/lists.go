@@ -245,7 +245,7 @@ func New(cfg Config) (*Lists, error) {
 	if cfg.Peer != nil {
 		// A peer's client that cannot be built (its CA file is missing)
 		// leaves stores to list from the apiserver, as without a peer.
-		if l.peerClient, err = rest.HTTPClientFor(cfg.Peer); err != nil {
+		if l.peerClient, err = rest.HTTPClientFor(withHealthCheckedTransport(cfg.Peer)); err != nil {
 			klog.ErrorS(err, "Peer client; stores list from the apiserver", "peer", cfg.Peer.Host)
 			l.peerClient = nil
 		}
@@ -463,20 +463,17 @@ type listRequest struct {
 	labelSel  labels.Selector
 	fieldSel  fields.Selector
 	selectors bool // a non-empty label or field selector
-	// peer: another replica's first list of a store (headerPeerList),
-	// answered from a synced snapshot or declined, never waited for nor
-	// passed through.
+	// peer: another replica's first list of a store
+	// (httpapi.HeaderPeerList), answered from a synced snapshot or
+	// declined (peer.go).
 	peer bool
 }
 
 // parse decides whether r is a cacheable LIST and parses it.
 func (l *Lists) parse(r *http.Request) (listRequest, Reason, bool) {
-	if r.Header.Get(headerPeerList) != "" {
-		req, reason, ok := l.parseRequest(r)
-		req.peer = true
-		return req, reason, ok
-	}
-	return l.parseRequest(r)
+	req, reason, ok := l.parseRequest(r)
+	req.peer = httpapi.IsPeerList(r)
+	return req, reason, ok
 }
 
 func (l *Lists) parseRequest(r *http.Request) (listRequest, Reason, bool) {
@@ -526,9 +523,8 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	req, reason, ok := l.parse(r)
 	if !ok {
 		if req.peer {
-			declinePeerList(w)
-			l.cfg.Metrics.served("", ReasonPeerDeclined, time.Since(start))
-			return true
+			// Declined by the edge, which passes nothing of a peer's.
+			return false
 		}
 		l.cfg.Metrics.passThrough("", reason)
 		l.TranslateContinue(r)
@@ -539,7 +535,7 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	served, reason := l.serve(w, r, req)
 	if !served && req.peer {
 		unsetAPIServerHeaders(w.Header())
-		declinePeerList(w)
+		httpapi.DeclinePeerList(w)
 		served, reason = true, ReasonPeerDeclined
 	}
 	if !served {

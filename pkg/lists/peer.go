@@ -1,40 +1,33 @@
 package lists
 
 import (
-	"net/http"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
-	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
 // Warm start from a peer (Config.Peer): a replica reads each store's first
-// list from another replica, marking every page with headerPeerList. The
-// replica asked answers it only from a store it holds synced; anything it
-// would wait for, start, or pass through to the apiserver it declines at
-// once, and the asking replica lists from the apiserver itself. So a peer
-// list never costs the apiserver more than the replica's own list, and a
+// list from another replica, marking every page with
+// httpapi.HeaderPeerList. The replica asked answers it from a store it
+// holds synced; it never starts a store for it, never waits for a store's
+// sync, and never passes it through to the apiserver, but declines it at
+// once (httpapi.DeclinePeerList; the edge declines what it would pass
+// through before offering it here), and the asking replica lists from the
+// apiserver itself. The waits of a served read remain and are bounded: a
+// consistent read's freshness proof (Config.ConsistentReadTimeout) and
+// admission (Config.Inflight.QueueWait, then 429). So a peer's list never
+// costs the apiserver more than the asking replica's own list would, and a
 // replica that a Service routes its own peer list to (it became ready, then
 // started a store) declines instead of waiting for itself.
-
-// headerPeerList marks a list request sent by another replica for its
-// store's first list.
-const headerPeerList = "X-Listproxy-Peer-List"
 
 // ReasonPeerDeclined is the reason of the answer to a peer's list that
 // listproxy does not serve from a synced snapshot.
 const ReasonPeerDeclined Reason = "peer_declined"
 
-// peerDeclinedMessage is the message of the 503 that declines a peer's list.
-const peerDeclinedMessage = "listproxy holds no synced snapshot for this list; list from the apiserver"
-
-// declinePeerList answers a peer's list that is not served from a snapshot.
-func declinePeerList(w http.ResponseWriter) {
-	w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceListproxy)
-	httpapi.WriteStatus(w, apierrors.NewServiceUnavailable(peerDeclinedMessage))
-}
+// peerListTimeout bounds each page of a peer's list, as the apiserver's
+// request timeout (60s) bounds a LIST: a peer that stops answering costs
+// the store a minute before it lists from the apiserver, not its life.
+const peerListTimeout = time.Minute
 
 // existingStore returns the store of info in format if one is running and
 // was built for info's current discovery, else nil; it starts none.

@@ -10,11 +10,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
-var peerHeader = http.Header{headerPeerList: {"true"}}
+var peerHeader = http.Header{httpapi.HeaderPeerList: {"true"}}
 
 // A peer's list is served from a synced store, page by page, exactly as any
 // other client's.
@@ -39,32 +40,40 @@ func TestPeerListServedFromSyncedStore(t *testing.T) {
 	}
 }
 
-// What listproxy would wait for, start, or pass through, a peer's list gets
-// declined at once with a 503, so that the peer lists from the apiserver
-// itself: a store still syncing (even with a long --cold-store-wait), a
-// store not running (none is started), and a list listproxy passes through.
+// What listproxy would wait for or start a store for, a peer's list gets
+// declined at once with a 503: a store still syncing (even with a long
+// --cold-store-wait) and a store not running (none is started). What
+// ServeList does not serve it leaves to the edge, which declines a peer's
+// list instead of passing it through (pkg/proxy).
 func TestPeerListDeclined(t *testing.T) {
 	l, _ := coldTestLists(t, time.Hour)
 	nodes := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 	l.registry.resources[nodes] = &resourceInfo{GVR: nodes, Kind: "Node", fingerprint: "test"}
 	tests := []struct {
-		name string
-		path string
-		q    url.Values
+		name   string
+		path   string
+		q      url.Values
+		served bool // false: left to the edge
 	}{
-		{name: "store_syncing", path: "/api/v1/pods", q: url.Values{"limit": {"500"}}},
-		{name: "store_not_running", path: "/api/v1/nodes", q: url.Values{"limit": {"500"}}},
+		{name: "store_syncing", path: "/api/v1/pods", q: url.Values{"limit": {"500"}}, served: true},
+		{name: "store_not_running", path: "/api/v1/nodes", q: url.Values{"limit": {"500"}}, served: true},
 		{name: "not_cacheable", path: "/api/v1/pods", q: url.Values{"limit": {"500"}, "unknownOption": {"x"}}},
 		{name: "unknown_resource", path: "/api/v1/widgets", q: url.Values{"limit": {"500"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			served, rec, _ := serveTest(l, tc.path, tc.q, peerHeader)
+			if !tc.served {
+				if served {
+					t.Fatalf("answered HTTP %d %s; want it left to the edge", rec.Code, rec.Body.String())
+				}
+				return
+			}
 			if !served || rec.Code != http.StatusServiceUnavailable {
 				t.Fatalf("served %v, HTTP %d %s; want a 503 from listproxy", served, rec.Code, rec.Body.String())
 			}
 			var status metav1.Status
-			if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil || status.Message != peerDeclinedMessage {
+			if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil || status.Message != httpapi.PeerDeclinedMessage {
 				t.Fatalf("status %+v (%v), want the peer-declined Status", status, err)
 			}
 		})

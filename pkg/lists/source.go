@@ -10,10 +10,9 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -26,7 +25,7 @@ type apiSource struct {
 	path   string // cluster-wide collection path, e.g. /api/v1/pods
 	format wire.Format
 	custom bool
-	// peer marks its requests as a peer's list (headerPeerList).
+	// peer marks its requests as a peer's list (httpapi.HeaderPeerList).
 	peer     bool
 	envelope atomic.Pointer[wire.ListEnvelope] // of the last list, for responses
 }
@@ -61,7 +60,7 @@ func (s *apiSource) do(ctx context.Context, q url.Values, accept string) (*http.
 	req.Header.Set("Accept", accept)
 	req.Header.Set("User-Agent", "listproxy")
 	if s.peer {
-		req.Header.Set(headerPeerList, "true")
+		req.Header.Set(httpapi.HeaderPeerList, "true")
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
@@ -115,30 +114,16 @@ func (s *apiSource) Watch(ctx context.Context, rv string) (snapshot.Watch, error
 		return nil, err
 	}
 	dec := wire.NewWatchDecoder(s.format, resp.Body, wire.WatchOptions{StripTypeMeta: !s.custom && !s.format.IsMeta()})
-	return watchAdapter{d: dec, format: s.format}, nil
+	return watchAdapter{dec}, nil
 }
 
 // watchAdapter turns wire events into snapshot events.
-type watchAdapter struct {
-	d      *wire.WatchDecoder
-	format wire.Format
-}
+type watchAdapter struct{ d *wire.WatchDecoder }
 
-// Next returns the next event. An ERROR event saying the apiserver's cache
-// has not reached the watch's resourceVersion yet (a peer's list can be at
-// etcd's newest revision, which the cache reaches moments later) is an
-// error to retry from the same resourceVersion, as client-go's reflector
-// does, not snapshot.ErrGone: it needs no relist.
 func (w watchAdapter) Next() (snapshot.WatchEvent, error) {
 	ev, err := w.d.Next()
 	if err != nil {
 		return snapshot.WatchEvent{}, err
-	}
-	if ev.Type == wire.Error {
-		if st, err := wire.DecodeStatus(w.format, ev.Object); err == nil &&
-			apierrors.HasStatusCause(&apierrors.StatusError{ErrStatus: *st}, metav1.CauseTypeResourceVersionTooLarge) {
-			return snapshot.WatchEvent{}, fmt.Errorf("watch: %s", st.Message)
-		}
 	}
 	return snapshot.WatchEvent{Type: snapshot.EventType(ev.Type), Object: ev.Object, ResourceVersion: ev.ResourceVersion}, nil
 }
@@ -157,6 +142,8 @@ type peerSource struct {
 var _ snapshot.Lister = peerSource{}
 
 func (p peerSource) List(ctx context.Context, limit int64, continueToken string, item func(raw []byte) error) (snapshot.ListResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, peerListTimeout)
+	defer cancel()
 	res, err := p.peer.List(ctx, limit, continueToken, item)
 	if err == nil {
 		p.main.envelope.Store(p.peer.envelope.Load())

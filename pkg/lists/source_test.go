@@ -9,16 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
-
-	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/wire"
 )
 
 // TestUpstreamTransportHasHealthChecks: the snapshot feeds' client never
@@ -200,24 +196,4 @@ func (f *freezableForwarder) close() {
 	}
 	f.mu.Unlock()
 	f.wg.Wait()
-}
-
-// A watch ERROR event saying the apiserver's cache has not reached the
-// requested resourceVersion is an error to retry the watch from, not an
-// event (which the feeder takes as 410 Gone and relists); any other ERROR
-// event is passed on.
-func TestWatchAdapterTooLargeResourceVersion(t *testing.T) {
-	tooLarge := `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",` +
-		`"message":"Timeout: Too large resource version: 20, current: 10","reason":"Timeout",` +
-		`"details":{"causes":[{"reason":"ResourceVersionTooLarge","message":"Too large resource version"}],"retryAfterSeconds":1},"code":504}}` + "\n"
-	gone := `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",` +
-		`"message":"too old resource version: 1 (10)","reason":"Expired","code":410}}` + "\n"
-	w := watchAdapter{d: wire.NewWatchDecoder(wire.JSON, io.NopCloser(strings.NewReader(tooLarge+gone)), wire.WatchOptions{}), format: wire.JSON}
-	if ev, err := w.Next(); err == nil {
-		t.Fatalf("too large resourceVersion: event %s, want an error", ev.Type)
-	}
-	ev, err := w.Next()
-	if err != nil || ev.Type != snapshot.Error {
-		t.Fatalf("410: event %q, error %v; want an ERROR event", ev.Type, err)
-	}
 }

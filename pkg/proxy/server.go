@@ -322,6 +322,13 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		source = httpapi.SourceSnapshot
 		return
 	}
+	if httpapi.IsPeerList(r) {
+		// Another replica's warm start: it lists from the apiserver
+		// itself rather than through this one.
+		source = httpapi.SourceListproxy
+		httpapi.DeclinePeerList(rec)
+		return
+	}
 	h.pass.ServeHTTP(rec, r)
 }
 

@@ -108,7 +108,7 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Preload, "preload", o.Preload,
 		"Stores started when listproxy starts, as RESOURCE[.GROUP][/FORMAT] in the resource's preferred version, FORMAT json, protobuf, meta-json or meta-protobuf; without FORMAT, protobuf for built-in resources and json for custom ones, what client-go's typed clients and informers ask for (e.g. pods,pods/json,endpointslices.discovery.k8s.io). /readyz fails until each has completed its first list, so a Service sends nothing to a replica with cold stores; they are never dropped as idle. Empty: every store starts on its first request.")
 	fs.StringVar(&o.WarmFrom, "warm-from", o.WarmFrom,
-		"URL of other replicas of this listproxy in front of the same apiserver, typically their Service (https://listproxy.NAMESPACE.svc:8443). Each store's first list is read from there, answered only from a snapshot a replica holds synced, and only its watch from the apiserver, so that a restarted or added replica costs the apiserver a watch rather than a full list. A peer that cannot answer costs one declined request; the store then lists from the apiserver. An https peer gets listproxy's upstream credentials; an http one (sidecar mode, loopback) gets none. Empty: stores list from the apiserver.")
+		"URL of other replicas of this listproxy in front of the same apiserver (listproxy trusts their lists as the apiserver's), typically their Service (https://listproxy.NAMESPACE.svc:8443). Each store's first list is read from there, answered only from a snapshot a replica holds synced, and only its watch from the apiserver, so that a restarted or added replica costs the apiserver a watch rather than a full list. A peer that cannot answer costs one declined request; the store then lists from the apiserver. An https peer gets listproxy's upstream credentials; an http one (sidecar mode, loopback) gets none. Empty: stores list from the apiserver.")
 	fs.StringVar(&o.WarmFromCAFile, "warm-from-ca-file", o.WarmFromCAFile,
 		"CA bundle that verifies the --warm-from peers' serving certificate; empty uses the system roots. A bundle that cannot be read leaves stores to list from the apiserver (logged).")
 	fs.DurationVar(&o.ColdStoreWait, "cold-store-wait", o.ColdStoreWait,
@@ -234,15 +234,15 @@ func (o *CacheOptions) etcdPrefix(gr schema.GroupResource, custom bool) string {
 	return freshness.DefaultPrefix(o.EtcdPrefix, gr.Group, gr.Resource, custom)
 }
 
-// peerConfig returns how to reach --warm-from, nil without it: upstream's
-// credentials over https, verified with --warm-from-ca-file (or the system
-// roots); no credentials over http.
+// peerConfig returns how to reach --warm-from (validated), nil without it:
+// upstream's credentials over https, verified with --warm-from-ca-file (or
+// the system roots); no credentials over http.
 func (o *CacheOptions) peerConfig(upstream *rest.Config) *rest.Config {
 	if o.WarmFrom == "" {
 		return nil
 	}
 	var cfg *rest.Config
-	if strings.HasPrefix(o.WarmFrom, "https://") {
+	if u, err := url.Parse(o.WarmFrom); err == nil && u.Scheme == "https" {
 		cfg = rest.CopyConfig(upstream)
 		cfg.TLSClientConfig = rest.TLSClientConfig{
 			CAFile:   o.WarmFromCAFile,
