@@ -1,6 +1,7 @@
 // Package httpapi holds what listproxy's HTTP edge and the servers behind it
-// (lists) both write on the wire: Kubernetes Status errors and the header
-// that names who answered. It must not import any other listproxy package.
+// (lists) both use on the wire: Kubernetes Status errors, the header that
+// names who answered, and the header that marks a peer replica's list. It
+// must not import any other listproxy package.
 package httpapi
 
 import (
