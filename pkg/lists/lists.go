@@ -367,23 +367,33 @@ func (l *Lists) applyCompaction(store *snapshot.Store) {
 	}
 }
 
+// existingStore returns the store of info in format if one is running and
+// was built for info's current discovery, else nil; it starts none.
+func (l *Lists) existingStore(info *resourceInfo, format wire.Format) *storeEntry {
+	l.mu.RLock()
+	e, ok := l.stores[storeKey{gvr: info.GVR, format: format}]
+	l.mu.RUnlock()
+	if !ok || e.info.fingerprint != info.fingerprint {
+		return nil
+	}
+	e.lastUsed.Store(time.Now().UnixNano())
+	return e
+}
+
 // storeFor returns the store of a resource in a representation, starting
 // its feeder on first demand.
 func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, bool) {
-	key := storeKey{gvr: info.GVR, format: format}
-	l.mu.RLock()
-	e, ok := l.stores[key]
-	l.mu.RUnlock()
-	if ok && e.info.fingerprint == info.fingerprint {
-		e.lastUsed.Store(time.Now().UnixNano())
+	if e := l.existingStore(info, format); e != nil {
 		return e, true
 	}
+	key := storeKey{gvr: info.GVR, format: format}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
 		return nil, false
 	}
-	if e, ok := l.stores[key]; ok && e.info.fingerprint == info.fingerprint {
+	e, ok := l.stores[key]
+	if ok && e.info.fingerprint == info.fingerprint {
 		e.lastUsed.Store(time.Now().UnixNano())
 		return e, true
 	} else if ok {
@@ -471,12 +481,6 @@ type listRequest struct {
 
 // parse decides whether r is a cacheable LIST and parses it.
 func (l *Lists) parse(r *http.Request) (listRequest, Reason, bool) {
-	req, reason, ok := l.parseRequest(r)
-	req.peer = httpapi.IsPeerList(r)
-	return req, reason, ok
-}
-
-func (l *Lists) parseRequest(r *http.Request) (listRequest, Reason, bool) {
 	if r.Method != http.MethodGet {
 		return listRequest{}, ReasonMethod, false
 	}
@@ -511,6 +515,7 @@ func (l *Lists) parseRequest(r *http.Request) (listRequest, Reason, bool) {
 		col: col, info: info, format: format, query: q,
 		labelSel: labelSel, fieldSel: fieldSel,
 		selectors: !labelSel.Empty() || !fieldSel.Empty(),
+		peer:      httpapi.IsPeerList(r),
 	}, "", true
 }
 
@@ -522,7 +527,7 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 	start := time.Now()
 	req, reason, ok := l.parse(r)
 	if !ok {
-		if req.peer {
+		if httpapi.IsPeerList(r) {
 			// Declined by the edge, which passes nothing of a peer's.
 			return false
 		}

@@ -1,10 +1,6 @@
 package lists
 
-import (
-	"time"
-
-	"github.com/listproxy/listproxy/pkg/wire"
-)
+import "time"
 
 // Warm start from a peer (Config.Peer): a replica reads each store's first
 // list from another replica, marking every page with
@@ -28,16 +24,3 @@ const ReasonPeerDeclined Reason = "peer_declined"
 // request timeout (60s) bounds a LIST: a peer that stops answering costs
 // the store a minute before it lists from the apiserver, not its life.
 const peerListTimeout = time.Minute
-
-// existingStore returns the store of info in format if one is running and
-// was built for info's current discovery, else nil; it starts none.
-func (l *Lists) existingStore(info *resourceInfo, format wire.Format) *storeEntry {
-	l.mu.RLock()
-	e, ok := l.stores[storeKey{gvr: info.GVR, format: format}]
-	l.mu.RUnlock()
-	if !ok || e.info.fingerprint != info.fingerprint {
-		return nil
-	}
-	e.lastUsed.Store(time.Now().UnixNano())
-	return e
-}

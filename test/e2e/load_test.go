@@ -99,15 +99,7 @@ func TestLoad(t *testing.T) {
 	// first use (~10 s for the first full list here under -race; retried if
 	// the write deadline cuts it short). The storm measures the steady state.
 	begin = time.Now()
-	plain := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-	defer plain.CloseIdleConnections()
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		r := stormList(ctx, plain, lp.URL+"/api/v1/pods", url.Values{"resourceVersion": {"0"}}, true)
-		return r.err == nil && r.code == http.StatusOK && r.items == n, nil
-	})
-	if err != nil {
-		t.Fatalf("no complete gzip full list: %v", err)
-	}
+	awaitGzipFullList(ctx, t, lp.URL+"/api/v1/pods", url.Values{"resourceVersion": {"0"}}, n)
 	t.Logf("gzip chunks built in %v", time.Since(begin).Round(time.Millisecond))
 
 	t.Run("storm", func(t *testing.T) { testLoadStorm(ctx, t, cp, lp, n) })
@@ -257,6 +249,22 @@ func testLoadStorm(ctx context.Context, t *testing.T, cp *framework.ControlPlane
 	}
 }
 
+// awaitGzipFullList repeats a gzipped full JSON LIST of u?q until one is
+// complete with n items: the first builds the gzip chunks (retried if the
+// write deadline cuts it short).
+func awaitGzipFullList(ctx context.Context, t *testing.T, u string, q url.Values, n int) {
+	t.Helper()
+	plain := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	defer plain.CloseIdleConnections()
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		r := stormList(ctx, plain, u, q, true)
+		return r.err == nil && r.code == http.StatusOK && r.items == n, nil
+	})
+	if err != nil {
+		t.Fatalf("no complete gzip full list (%v): %v", q, err)
+	}
+}
+
 // runStorm sends loadStormClients full JSON LISTs of u at once: half at
 // resourceVersion=0, half consistent, a quarter of all gzipped.
 func runStorm(ctx context.Context, u string) ([]stormResult, time.Duration) {
@@ -303,16 +311,8 @@ func testLoadStormRSS(ctx context.Context, t *testing.T, cp *framework.ControlPl
 	u := r.URL() + "/api/v1/pods"
 	// What a replica serving this storm holds anyway: the store, and the
 	// gzip chunks of its first gzip list; one consistent read proven.
-	plain := &http.Client{Transport: &http.Transport{DisableCompression: true}}
-	defer plain.CloseIdleConnections()
 	for _, q := range []url.Values{{"resourceVersion": {"0"}}, nil} {
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			res := stormList(ctx, plain, u, q, true)
-			return res.err == nil && res.code == http.StatusOK && res.items == n, nil
-		})
-		if err != nil {
-			t.Fatalf("no complete gzip full list (%v): %v", q, err)
-		}
+		awaitGzipFullList(ctx, t, u, q, n)
 	}
 	before, err := r.RSS()
 	if err != nil {

@@ -195,10 +195,8 @@ func (rs *ReplicaSet) Start(ctx context.Context, i int) error {
 		r.mu.Unlock()
 		return fmt.Errorf("replica %d is running", i)
 	}
-	if rs.Balancer != nil {
-		// A new pod: out of the Service until its readiness probe passes.
-		rs.Balancer.Replaced(i)
-	}
+	// A new pod: out of the Service until its readiness probe passes.
+	rs.Balancer.Replaced(i)
 	p, err := StartProcess(fmt.Sprintf("listproxy-%d", i), rs.bin, append([]string{"--listen-address=" + r.Addr}, rs.args...), r.LogFile)
 	if err != nil {
 		r.mu.Unlock()
