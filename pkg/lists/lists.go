@@ -426,6 +426,7 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 		Warm:           warm,
 		OnWarm:         observe.OnWarm,
 		Extract:        newExtractor(info, format),
+		Pack:           func(items [][]byte) [][]byte { return wire.PackItems(format, items) },
 		Name:           name,
 		OnRelist:       observe.OnRelist,
 		OnWatchRestart: observe.OnWatchRestart,

@@ -405,3 +405,106 @@ func ExampleWriteList() {
 	fmt.Print(out.String())
 	// Output: {"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"42"},"items":[{"metadata":{"name":"a"}}]}
 }
+
+// writeRecorder keeps the whole output and every slice handed to Write.
+type writeRecorder struct {
+	out    bytes.Buffer
+	writes [][]byte
+}
+
+func (w *writeRecorder) Write(b []byte) (int, error) {
+	w.writes = append(w.writes, b)
+	return w.out.Write(b)
+}
+
+// wroteInPlace reports whether some Write was handed memory of item itself
+// rather than a copy.
+func (w *writeRecorder) wroteInPlace(item []byte) bool {
+	for _, b := range w.writes {
+		if len(b) > 0 && &b[0] == &item[0] {
+			return true
+		}
+	}
+	return false
+}
+
+// TestWriteListPackedItems: items laid out by PackItems give the same bytes
+// as items anywhere else; runs of them long enough are handed to the writer
+// as they lie in memory. Mixed, repacked and wrongly packed items are
+// written correctly too.
+func TestWriteListPackedItems(t *testing.T) {
+	big := func(n int, c byte) []byte { return []byte(`{"v":"` + strings.Repeat(string(c), n) + `"}`) }
+	var items [][]byte
+	for i := range 40 {
+		items = append(items, big(4000+i*37, byte('a'+i%26)))
+	}
+	env := ListEnvelope{Kind: "PodList", APIVersion: "v1", ListMeta: ListMeta{ResourceVersion: "7"}}
+	for _, f := range []Format{JSON, Protobuf, MetaJSON, MetaProtobuf} {
+		mixed := append(append(PackItems(f, items[:20]), items[20]), PackItems(f, items[21:])...)
+		other := Protobuf
+		if f.IsProtobuf() {
+			other = JSON
+		}
+		tests := []struct {
+			name        string
+			items       [][]byte
+			inPlace     []int // indexes of items that must be written in place
+			copiedFirst bool
+		}{
+			{"all_packed", PackItems(f, items), []int{0}, false},
+			{"mixed", mixed, []int{0, 21}, false},
+			{"packed_for_another_format", PackItems(other, items), nil, true},
+			{"page_of_packed", PackItems(f, items)[5:30], []int{0}, false},
+		}
+		for _, tc := range tests {
+			t.Run(f.String()+"/"+tc.name, func(t *testing.T) {
+				var want bytes.Buffer
+				if err := WriteList(&want, f, env, cloneItems(tc.items)); err != nil {
+					t.Fatal(err)
+				}
+				var w writeRecorder
+				if err := WriteList(&w, f, env, tc.items); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(w.out.Bytes(), want.Bytes()) {
+					t.Fatalf("packed items written differently (%d bytes, want %d)", w.out.Len(), want.Len())
+				}
+				for _, i := range tc.inPlace {
+					if !w.wroteInPlace(tc.items[i]) {
+						t.Errorf("item %d was copied; want the run from it written in place", i)
+					}
+				}
+				if tc.copiedFirst && w.wroteInPlace(tc.items[0]) {
+					t.Errorf("items laid out for %v were written in place as %v", other, f)
+				}
+			})
+		}
+	}
+}
+
+// cloneItems copies every item into its own array.
+func cloneItems(items [][]byte) [][]byte {
+	out := make([][]byte, len(items))
+	for i, it := range items {
+		out[i] = bytes.Clone(it)
+	}
+	return out
+}
+
+func TestPackItemsKeepsBytes(t *testing.T) {
+	items := [][]byte{[]byte(`{"a":1}`), []byte(`{"b":22}`), []byte(`{"c":333}`)}
+	for _, f := range []Format{JSON, Protobuf} {
+		packed := PackItems(f, items)
+		if diff := cmp.Diff(items, packed); diff != "" {
+			t.Errorf("%v: packed items differ (-want +got):\n%s", f, diff)
+		}
+		run, n := laidOutRun(f, packed)
+		var want bytes.Buffer
+		if err := WriteList(&want, f, ListEnvelope{}, items); err != nil {
+			t.Fatal(err)
+		}
+		if n != 3 || !bytes.Contains(want.Bytes(), run) {
+			t.Errorf("%v: run of %d items %q is not in the list %q", f, n, run, want.Bytes())
+		}
+	}
+}

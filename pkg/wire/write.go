@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -42,6 +43,7 @@ var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, wri
 // kube-apiserver's (v1.36 streaming list encoders) for the same envelope and
 // items. items must be list items in format f exactly as DecodeList or
 // WatchDecoder returned them; they are written unchanged and not validated.
+// Runs of items packed by PackItems are handed to w in place, not copied.
 //
 // Observed encodings it reproduces:
 //   - JSON typed list: {"kind":K,"apiVersion":V,"metadata":{…},"items":[…]}
@@ -70,12 +72,76 @@ func WriteList(w io.Writer, f Format, env ListEnvelope, items [][]byte) error {
 	// bufio.Writer errors are sticky: Flush reports the first.
 	_, _ = bw.Write(parts.Head)
 	var prefix [1 + binary.MaxVarintLen64]byte
-	for i, it := range items {
-		_, _ = bw.Write(AppendItemPrefix(prefix[:0], f, i == 0, it))
-		_, _ = bw.Write(it)
+	for i := 0; i < len(items); {
+		_, _ = bw.Write(AppendItemPrefix(prefix[:0], f, i == 0, items[i]))
+		run, n := laidOutRun(f, items[i:])
+		if len(run) >= directWriteMin {
+			// Spare the copy into the buffer: flush it, then hand the
+			// run to w as it is.
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+			if _, err := w.Write(run); err != nil {
+				return err
+			}
+		} else {
+			_, _ = bw.Write(run)
+		}
+		i += n
 	}
 	_, _ = bw.Write(parts.Tail)
 	return bw.Flush()
+}
+
+// directWriteMin is the smallest run of items WriteList writes without
+// copying it into its buffer.
+const directWriteMin = 64 << 10
+
+// PackItems copies items, in order, into one new array laid out as WriteList
+// writes them, each item but the first preceded by its item prefix, and
+// returns the copies. WriteList writes a run of consecutive packed items
+// with one write instead of copying each into its buffer.
+//
+// Each returned item has the capacity of the rest of the array: it is read
+// only, never appended to. The array lives as long as any item in it does.
+func PackItems(f Format, items [][]byte) [][]byte {
+	var prefix [1 + binary.MaxVarintLen64]byte
+	size := 0
+	for i, it := range items {
+		size += len(AppendItemPrefix(prefix[:0], f, i == 0, it)) + len(it)
+	}
+	packed := make([]byte, 0, size)
+	out := make([][]byte, len(items))
+	for i, it := range items {
+		packed = AppendItemPrefix(packed, f, i == 0, it)
+		start := len(packed)
+		packed = append(packed, it...)
+		out[i] = packed[start:]
+	}
+	return out
+}
+
+// laidOutRun returns, as one slice, the longest run of items[0], items[1], …
+// that memory already holds as WriteList writes them (see PackItems): each
+// next item in the same array right after the previous one and its own item
+// prefix. n is how many items the run covers, at least 1.
+func laidOutRun(f Format, items [][]byte) (run []byte, n int) {
+	run = items[0]
+	var prefix [1 + binary.MaxVarintLen64]byte
+	for n = 1; n < len(items); n++ {
+		next := items[n]
+		p := AppendItemPrefix(prefix[:0], f, false, next)
+		end := len(run) + len(p) + len(next)
+		if len(next) == 0 || cap(run) < end {
+			break
+		}
+		grown := run[:end]
+		if &grown[len(run)+len(p)] != &next[0] || !bytes.Equal(grown[len(run):len(run)+len(p)], p) {
+			break
+		}
+		run = grown
+	}
+	return run, n
 }
 
 // appendJSONString appends s as encoding/json does (HTML-escaped).
