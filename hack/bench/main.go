@@ -6,7 +6,7 @@
 // BENCH_PODS pods of about 4 KB through the apiserver, warms listproxy, and
 // then runs every scenario against the apiserver directly and through
 // listproxy, alternating. For each it reports wall time, the CPU time of the
-// answering processes per request (utime+stime from /proc/PID/stat:
+// answering processes per request (their process CPU clocks:
 // kube-apiserver plus etcd when direct, listproxy when proxied), response
 // bytes and the ratio direct/proxied. Every scenario must be answered by
 // listproxy from snapshots only, and sampled answers (a whole walk, page by

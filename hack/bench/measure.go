@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/listproxy/listproxy/test/framework"
 )
 
@@ -109,25 +111,58 @@ const clockTicks = 100
 
 // cpuTime is the user+system CPU time of pids so far.
 func cpuTime(pids []int) time.Duration {
-	var ticks int64
+	var total time.Duration
 	for _, pid := range pids {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// Fields after the parenthesised command name: state is field 3,
-		// utime field 14, stime field 15.
-		s := string(data)
-		s = s[strings.LastIndexByte(s, ')')+2:]
-		f := strings.Fields(s)
-		if len(f) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseInt(f[11], 10, 64)
-		st, _ := strconv.ParseInt(f[12], 10, 64)
-		ticks += u + st
+		total += processCPU(pid)
 	}
-	return time.Duration(ticks) * time.Second / clockTicks
+	return total
+}
+
+// processCPU is the CPU time of process pid so far, all its threads
+// (exited ones too), from its process CPU clock in nanoseconds; where that
+// clock cannot be read, from utime+stime in /proc/PID/stat, in clock ticks.
+func processCPU(pid int) time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(processCPUClock(pid), &ts); err == nil {
+		return time.Duration(ts.Nano())
+	}
+	return procStatCPU(pid)
+}
+
+// processCPUClock is the id of pid's process CPU clock: the kernel's
+// MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED).
+func processCPUClock(pid int) int32 {
+	const cpuclockSched = 2
+	return (^int32(pid))<<3 | cpuclockSched
+}
+
+// minCPU is the least CPU time a side must have used for its CPU figure to
+// count: 5 ms, or 5 clock ticks where CPU time is read in clock ticks.
+var minCPU = func() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(processCPUClock(os.Getpid()), &ts) == nil {
+		return 5 * time.Millisecond
+	}
+	return 5 * time.Second / clockTicks
+}()
+
+// procStatCPU is utime+stime of pid from /proc/PID/stat.
+func procStatCPU(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the parenthesised command name: state is field 3,
+	// utime field 14, stime field 15.
+	s := string(data)
+	s = s[strings.LastIndexByte(s, ')')+2:]
+	f := strings.Fields(s)
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * time.Second / clockTicks
 }
 
 // rssBytes is the resident set size of pid from /proc/PID/status.

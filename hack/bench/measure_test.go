@@ -2,8 +2,10 @@ package main
 
 import (
 	"math"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/listproxy/listproxy/test/framework"
 )
@@ -62,5 +64,21 @@ wait_seconds_count{outcome="timeout"} 9
 	}
 	if got, count := histogramQuantile(before, before, "wait_seconds", 0.5); !math.IsNaN(got) || count != 0 {
 		t.Errorf("quantile of no observations = %v, %v; want NaN, 0", got, count)
+	}
+}
+
+// TestProcessCPU: the process CPU clock counts this process's work and
+// agrees with /proc's clock ticks.
+func TestProcessCPU(t *testing.T) {
+	pid := os.Getpid()
+	before := processCPU(pid)
+	for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
+	}
+	after := processCPU(pid)
+	if spent := after - before; spent < 100*time.Millisecond {
+		t.Fatalf("200 ms of busy work counted as %v of CPU", spent)
+	}
+	if diff := (after - procStatCPU(pid)).Abs(); diff > 100*time.Millisecond {
+		t.Errorf("process CPU clock %v, /proc %v", after, procStatCPU(pid))
 	}
 }

@@ -94,10 +94,6 @@ type targetSpec struct {
 	EtcdCPU float64 `json:"etcd_cpu_ratio_min,omitempty"`
 }
 
-// minCPUTicks is the fewest clock ticks of CPU time a side must have used
-// for its CPU figure to count.
-const minCPUTicks = 5.0
-
 // contentCheck names the check of listproxy's answers against the
 // apiserver's at the same resourceVersion.
 const contentCheck = "content = apiserver at same RV"
@@ -167,14 +163,15 @@ func (r *row) evaluate() {
 	}
 	add(contentCheck, "all equal", float64(p.ContentMismatch),
 		fmt.Sprintf("%d/%d equal", p.ContentChecked-p.ContentMismatch, p.ContentChecked), p.ContentChecked > 0 && p.ContentMismatch == 0)
-	// CPU time comes in clock ticks: a side that used fewer than
-	// minCPUTicks of them was not measured, and a ratio over it (often
-	// infinite) proves nothing.
-	measured := p.CPUTotal >= minCPUTicks/clockTicks && r.Direct.CPUTotal >= minCPUTicks/clockTicks
+	// A side that used less than minCPU was not measured, and a ratio over
+	// it (often infinite) proves nothing.
+	least := minCPU.Seconds()
+	notMeasured := "not measured (under " + minCPU.String() + " of CPU; raise BENCH_REPS)"
+	measured := p.CPUTotal >= least && r.Direct.CPUTotal >= least
 	if t.CPU > 0 {
 		text := fmt.Sprintf("%.1f×", r.CPURatio)
 		if !measured {
-			text = "not measured (under " + fmt.Sprint(minCPUTicks) + " clock ticks; raise BENCH_REPS)"
+			text = notMeasured
 		}
 		add("CPU", fmt.Sprintf("≥ %g×", t.CPU), float64(r.CPURatio), text, measured && float64(r.CPURatio) >= t.CPU)
 	}
@@ -183,15 +180,15 @@ func (r *row) evaluate() {
 	lower := func(name string, min, direct, via float64) {
 		got := ratio(direct, via)
 		text := fmt.Sprintf("%.1f×", got)
-		if via < 1.0/clockTicks {
-			// Under one clock tick through listproxy: the ratio is at
-			// least what one tick would give.
-			got = direct * clockTicks
-			text = fmt.Sprintf("> %.0f× (%s vs under one clock tick)", got, ms(direct))
+		if via < least/5 {
+			// Under a fifth of minCPU through listproxy: the ratio is at
+			// least what that would give.
+			got = direct / (least / 5)
+			text = fmt.Sprintf("> %.0f× (%s vs under %s)", got, ms(direct), minCPU/5)
 		}
-		directMeasured := direct >= minCPUTicks/clockTicks
+		directMeasured := direct >= least
 		if !directMeasured {
-			text = "not measured (" + name + " direct under " + fmt.Sprint(minCPUTicks) + " clock ticks)"
+			text = "not measured (" + name + " direct under " + minCPU.String() + ")"
 		}
 		add(name, fmt.Sprintf("≥ %g× lower through listproxy", min), got, text, directMeasured && got >= min)
 	}
@@ -215,10 +212,10 @@ func (r *row) evaluate() {
 	if t.ProxiedCPUMax > 0 {
 		got := r.Proxied.CPUPerRequest
 		text := ms(got)
-		if p.CPUTotal < minCPUTicks/clockTicks {
-			text = "not measured (under " + fmt.Sprint(minCPUTicks) + " clock ticks; raise BENCH_REPS)"
+		if p.CPUTotal < least {
+			text = notMeasured
 		}
-		add("listproxy CPU per walk", "≤ "+ms(t.ProxiedCPUMax), got, text, p.CPUTotal >= minCPUTicks/clockTicks && got <= t.ProxiedCPUMax)
+		add("listproxy CPU per walk", "≤ "+ms(t.ProxiedCPUMax), got, text, p.CPUTotal >= least && got <= t.ProxiedCPUMax)
 	}
 	if t.FreshnessP99Max > 0 {
 		got := float64(r.Proxied.Extra["freshness_wait_p99_s"])
@@ -400,7 +397,7 @@ func (r *report) write(dir string) error {
 }
 
 // num is a float that is written to JSON as null when it is NaN or
-// infinite (a ratio over a CPU time below the clock tick).
+// infinite (a ratio over a CPU time too small to measure).
 type num float64
 
 func (n num) MarshalJSON() ([]byte, error) {
