@@ -412,6 +412,7 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 		HistoryMaxBytes: l.cfg.HistoryMaxBytes,
 		HistoryMaxRatio: l.cfg.HistoryMaxRatio,
 		OnPublish:       observe.OnPublish,
+		Pack:            func(items [][]byte) [][]byte { return wire.PackItems(format, items) },
 	})
 	source := &apiSource{client: l.client, host: strings.TrimSuffix(l.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
 	ctx, cancel := context.WithCancel(l.ctx)
@@ -426,7 +427,6 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 		Warm:           warm,
 		OnWarm:         observe.OnWarm,
 		Extract:        newExtractor(info, format),
-		Pack:           func(items [][]byte) [][]byte { return wire.PackItems(format, items) },
 		Name:           name,
 		OnRelist:       observe.OnRelist,
 		OnWatchRestart: observe.OnWatchRestart,

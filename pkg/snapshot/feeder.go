@@ -124,11 +124,6 @@ type FeederConfig struct {
 	OnWarm func(err error)
 	// PageSize is the limit of each page of the initial list; 0 selects 500.
 	PageSize int64
-	// Pack, when set, is given the items of each listed page, in order, and
-	// returns them with the same bytes, laid out as the store's list
-	// responses are written (wire.PackItems), so that consecutive items are
-	// written with one copy. The entries keep what it returns as Raw.
-	Pack func(items [][]byte) [][]byte
 	// StallTimeout abandons a watch request that got no answer for this
 	// long, and asks Stalled about an open watch that delivered no event
 	// and no bookmark for this long; an abandoned watch is re-established
@@ -335,7 +330,6 @@ func (f *Feeder) list(ctx context.Context, src Lister) (string, error) {
 	var entries []*Entry
 	var listRV, token string
 	for {
-		pageStart := len(entries)
 		res, err := src.List(ctx, f.cfg.PageSize, token, func(raw []byte) error {
 			e, err := f.cfg.Extract(raw)
 			if err != nil {
@@ -346,9 +340,6 @@ func (f *Feeder) list(ctx context.Context, src Lister) (string, error) {
 		})
 		if err != nil {
 			return "", fmt.Errorf("list: %w", err)
-		}
-		if f.cfg.Pack != nil {
-			packEntries(entries[pageStart:], f.cfg.Pack)
 		}
 		if listRV == "" {
 			listRV = res.ResourceVersion
@@ -365,18 +356,6 @@ func (f *Feeder) list(ctx context.Context, src Lister) (string, error) {
 	f.cfg.Store.Replace(entries, rv)
 	klog.V(2).InfoS("Listed", "store", f.cfg.Name, "objects", len(entries), "resourceVersion", rv)
 	return listRV, nil
-}
-
-// packEntries replaces the Raw of entries, which are in no store yet, with
-// what pack returns for them.
-func packEntries(entries []*Entry, pack func([][]byte) [][]byte) {
-	items := make([][]byte, len(entries))
-	for i, e := range entries {
-		items[i] = e.Raw
-	}
-	for i, raw := range pack(items) {
-		entries[i].Raw = raw
-	}
 }
 
 // watch applies events until the stream ends. It returns the resourceVersion

@@ -42,6 +42,9 @@ type Entry struct {
 	// gzip holds the item compressed for gzip responses once one needed it
 	// (see Gzip); the only part of an Entry that changes after insertion.
 	gzip gzipCache
+	// pack is the packed array Raw lies in, if any (see pack.go); set by the
+	// store before the entry is published.
+	pack *pack
 }
 
 // ObjectKey returns the ordering key of an object.

@@ -80,6 +80,11 @@ type StoreConfig struct {
 	// OnPublish, when set, is called (without locks held) after every
 	// published view, e.g. to update metrics.
 	OnPublish func(Stats)
+	// Pack, when set, lays out items (in key order) the way the store's
+	// list responses write them, returning them with the same bytes in one
+	// new array (wire.PackItems). A listed collection is packed so, and
+	// kept packed as it changes (see pack.go). Nil packs nothing.
+	Pack func(items [][]byte) [][]byte
 }
 
 // Stats describes the latest published view.
@@ -425,13 +430,15 @@ type Change struct {
 }
 
 // Replace installs a complete list at rv, dropping history (changes between
-// the old state and rv were not observed) and marks the store synced.
+// the old state and rv were not observed) and marks the store synced. The
+// store takes entries over: packing replaces their Raw.
 func (s *Store) Replace(entries []*Entry, rv uint64) {
 	s.mu.Lock()
 	s.resetTreesLocked()
 	for _, e := range entries {
 		s.upsertLocked(e)
 	}
+	s.packAllLocked()
 	s.gen++
 	s.freedTotal = 0
 	snap := s.snapshotLocked(rv)
@@ -458,11 +465,11 @@ func (s *Store) Apply(c Change, rv uint64) {
 	if c.Deleted {
 		ev.Type = Deleted
 		if prev, ok := s.deleteLocked(c.Entry.Key); ok {
-			freed += int64(len(prev.Raw))
+			freed += int64(len(prev.Raw)) + s.supersededLocked(prev)
 			ev.Prev = prev
 		}
 	} else if prev, ok := s.upsertLocked(c.Entry); ok {
-		freed += int64(len(prev.Raw))
+		freed += int64(len(prev.Raw)) + s.supersededLocked(prev)
 		ev.Type, ev.Prev = Modified, prev
 	}
 	s.feed.append(ev)

@@ -2,7 +2,6 @@ package wire
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -136,12 +135,22 @@ func laidOutRun(f Format, items [][]byte) (run []byte, n int) {
 			break
 		}
 		grown := run[:end]
-		if &grown[len(run)+len(p)] != &next[0] || !bytes.Equal(grown[len(run):len(run)+len(p)], p) {
+		if &grown[len(run)+len(p)] != &next[0] || !samePrefix(grown[len(run):], p) {
 			break
 		}
 		run = grown
 	}
 	return run, n
+}
+
+// samePrefix reports whether b starts with p, a few bytes long.
+func samePrefix(b, p []byte) bool {
+	for i, c := range p {
+		if b[i] != c {
+			return false
+		}
+	}
+	return true
 }
 
 // appendJSONString appends s as encoding/json does (HTML-escaped).

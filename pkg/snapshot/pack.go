@@ -1,0 +1,109 @@
+package snapshot
+
+// Packing lays the bytes of a store's objects out in large arrays, in key
+// order, the way list responses write them (StoreConfig.Pack), so that a
+// response can hand a run of consecutive objects to the socket in one write
+// instead of copying each.
+//
+// An array lives as long as any of its objects does. When an object is
+// replaced or deleted, its bytes in the array are dead; once more than
+// packMaxDeadFraction of an array is dead, its live objects are moved to a
+// new array (the store's latest snapshot gets copies of their entries; older
+// snapshots keep the old ones). So the arrays hold at most a third more than
+// the live bytes they pack.
+
+// packTargetBytes is the size at which a packed array is closed and the
+// next one begun: large enough that a page of a walk is a few writes, small
+// enough that moving an array's live objects is cheap. Not measured.
+const packTargetBytes = 1 << 20
+
+// packMaxDeadFraction is how much of a packed array may be dead before its
+// live objects are moved (see above).
+const packMaxDeadFraction = 0.25
+
+// pack is one packed array's accounting, guarded by the store's mu.
+type pack struct {
+	// first and last are the keys of its first and last object; every
+	// object still in it lies between them in key order.
+	first, last string
+	// bytes is the sum of its objects' Raw lengths; dead is the part of it
+	// replaced or deleted since.
+	bytes, dead int64
+}
+
+// packEntries packs entries, which are in key order and in no published
+// snapshot yet, into new arrays, replacing their Raw and setting their pack.
+// It returns the number of bytes packed.
+func (s *Store) packEntries(entries []*Entry) int64 {
+	var total int64
+	for len(entries) > 0 {
+		n, size := 0, int64(0)
+		for n < len(entries) && size < packTargetBytes {
+			size += int64(len(entries[n].Raw))
+			n++
+		}
+		chunk := entries[:n]
+		entries = entries[n:]
+		items := make([][]byte, len(chunk))
+		for i, e := range chunk {
+			items[i] = e.Raw
+		}
+		p := &pack{first: chunk[0].Key, last: chunk[len(chunk)-1].Key, bytes: size}
+		for i, raw := range s.cfg.Pack(items) {
+			chunk[i].Raw = raw
+			chunk[i].pack = p
+		}
+		total += size
+	}
+	return total
+}
+
+// packAllLocked packs every object of the writer's tree, which no published
+// snapshot holds yet (see Replace).
+func (s *Store) packAllLocked() {
+	if s.cfg.Pack == nil {
+		return
+	}
+	entries := make([]*Entry, 0, s.objects.Len())
+	s.objects.Ascend(func(e *Entry) bool {
+		entries = append(entries, e)
+		return true
+	})
+	s.packEntries(entries)
+}
+
+// supersededLocked notes that prev, an entry of the latest snapshot, was
+// replaced or deleted in the writer's tree. When that leaves too much of its
+// array dead, the array's live objects are moved to a new one; it returns
+// the bytes moved, which only older snapshots now hold in the old array.
+func (s *Store) supersededLocked(prev *Entry) int64 {
+	p := prev.pack
+	if p == nil {
+		return 0
+	}
+	p.dead += int64(len(prev.Raw))
+	if float64(p.dead) <= packMaxDeadFraction*float64(p.bytes) {
+		return 0
+	}
+	var live []*Entry
+	s.objects.AscendRange(&Entry{Key: p.first}, &Entry{Key: p.last + "\x00"}, func(e *Entry) bool {
+		if e.pack == p {
+			live = append(live, e.movedCopy())
+		}
+		return true
+	})
+	if len(live) == 0 {
+		return 0
+	}
+	moved := s.packEntries(live)
+	for _, e := range live {
+		s.objects.ReplaceOrInsert(e)
+	}
+	return moved
+}
+
+// movedCopy is a copy of e, for the same object version, to be given new Raw
+// bytes by packEntries. Its gzip cache starts empty.
+func (e *Entry) movedCopy() *Entry {
+	return &Entry{Key: e.Key, Namespace: e.Namespace, Name: e.Name, RV: e.RV, Labels: e.Labels, Fields: e.Fields, Raw: e.Raw}
+}
