@@ -330,6 +330,7 @@ func (f *Feeder) list(ctx context.Context, src Lister) (string, error) {
 	var entries []*Entry
 	var listRV, token string
 	for {
+		pageStart := len(entries)
 		res, err := src.List(ctx, f.cfg.PageSize, token, func(raw []byte) error {
 			e, err := f.cfg.Extract(raw)
 			if err != nil {
@@ -341,6 +342,7 @@ func (f *Feeder) list(ctx context.Context, src Lister) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("list: %w", err)
 		}
+		f.cfg.Store.Pack(entries[pageStart:])
 		if listRV == "" {
 			listRV = res.ResourceVersion
 		}

@@ -31,9 +31,20 @@ type pack struct {
 	bytes, dead int64
 }
 
-// packEntries packs entries, which are in key order and in no published
-// snapshot yet, into new arrays, replacing their Raw and setting their pack.
-// It returns the number of bytes packed.
+// Pack lays out the bytes of entries as StoreConfig.Pack does, so that
+// Replace need not: a feeder packs each page of a list as it arrives, and the
+// bytes the page was decoded into can be collected before the list ends.
+// entries must be in no store yet, best in key order (as lists give them).
+// Without StoreConfig.Pack it does nothing.
+func (s *Store) Pack(entries []*Entry) {
+	if s.cfg.Pack != nil {
+		s.packEntries(entries)
+	}
+}
+
+// packEntries packs entries, which no published snapshot holds, into new
+// arrays of about packTargetBytes, replacing their Raw and setting their
+// pack. It returns the number of bytes packed.
 func (s *Store) packEntries(entries []*Entry) int64 {
 	var total int64
 	for len(entries) > 0 {
@@ -45,10 +56,11 @@ func (s *Store) packEntries(entries []*Entry) int64 {
 		chunk := entries[:n]
 		entries = entries[n:]
 		items := make([][]byte, len(chunk))
+		p := &pack{first: chunk[0].Key, last: chunk[0].Key, bytes: size}
 		for i, e := range chunk {
 			items[i] = e.Raw
+			p.first, p.last = min(p.first, e.Key), max(p.last, e.Key)
 		}
-		p := &pack{first: chunk[0].Key, last: chunk[len(chunk)-1].Key, bytes: size}
 		for i, raw := range s.cfg.Pack(items) {
 			chunk[i].Raw = raw
 			chunk[i].pack = p
@@ -58,18 +70,23 @@ func (s *Store) packEntries(entries []*Entry) int64 {
 	return total
 }
 
-// packAllLocked packs every object of the writer's tree, which no published
-// snapshot holds yet (see Replace).
+// packAllLocked packs the objects of the writer's tree that are not packed
+// yet; no published snapshot holds the tree's entries (see Replace).
 func (s *Store) packAllLocked() {
 	if s.cfg.Pack == nil {
 		return
 	}
-	entries := make([]*Entry, 0, s.objects.Len())
+	var unpacked []*Entry
 	s.objects.Ascend(func(e *Entry) bool {
-		entries = append(entries, e)
+		if e.pack != nil {
+			s.packEntries(unpacked)
+			unpacked = unpacked[:0]
+			return true
+		}
+		unpacked = append(unpacked, e)
 		return true
 	})
-	s.packEntries(entries)
+	s.packEntries(unpacked)
 }
 
 // supersededLocked notes that prev, an entry of the latest snapshot, was

@@ -2,8 +2,11 @@ package snapshot
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -178,4 +181,59 @@ func mustGet(t *testing.T, snap *Snapshot, key string) *Entry {
 		t.Fatalf("snapshot lacks %s", key)
 	}
 	return e
+}
+
+// pagedLister lists pages[i] for the continue token "i" (the first page for
+// ""), then ends at rv.
+type pagedLister struct {
+	rv    string
+	pages [][]string
+}
+
+func (l *pagedLister) List(_ context.Context, _ int64, token string, item func([]byte) error) (ListResult, error) {
+	i := 0
+	if token != "" {
+		i, _ = strconv.Atoi(token)
+	}
+	for _, it := range l.pages[i] {
+		if err := item([]byte(it)); err != nil {
+			return ListResult{}, err
+		}
+	}
+	res := ListResult{ResourceVersion: l.rv}
+	if i+1 < len(l.pages) {
+		res.Continue = strconv.Itoa(i + 1)
+	}
+	return res, nil
+}
+
+// TestFeederPacksEachListedPage: a listed page is packed as it arrives, so
+// the bytes it was decoded into need not live until the list ends; Replace
+// then has nothing left to pack.
+func TestFeederPacksEachListedPage(t *testing.T) {
+	h := newFeederHarness(t, -1)
+	var mu sync.Mutex
+	var packed []int
+	h.store = NewStore(StoreConfig{Pack: func(items [][]byte) [][]byte {
+		mu.Lock()
+		packed = append(packed, len(items))
+		mu.Unlock()
+		return packJSON(items)
+	}})
+	h.feeder.cfg.Store = h.store
+	h.feeder.cfg.Warm = &pagedLister{rv: "20", pages: [][]string{{"ns/a/1", "ns/b/2"}, {"ns/c/3"}}}
+	h.run(t)
+	if w := h.nextWatch(t); w.rv != "20" {
+		t.Fatalf("first watch from %q, want the list's resourceVersion 20", w.rv)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(packed) != "[2 1]" {
+		t.Fatalf("packed batches of %v objects, want the pages [2 1]", packed)
+	}
+	snap, _, _ := h.store.Latest()
+	a, b := mustGet(t, snap, "ns/a"), mustGet(t, snap, "ns/b")
+	if string(a.Raw) != "ns/a/1" || !laidOut(a.Raw, b.Raw) {
+		t.Errorf("the first page's objects %q and %q are not packed together", a.Raw, b.Raw)
+	}
 }

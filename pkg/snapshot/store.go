@@ -431,7 +431,8 @@ type Change struct {
 
 // Replace installs a complete list at rv, dropping history (changes between
 // the old state and rv were not observed) and marks the store synced. The
-// store takes entries over: packing replaces their Raw.
+// store takes entries over: packing replaces the Raw of those not packed
+// yet (see Pack).
 func (s *Store) Replace(entries []*Entry, rv uint64) {
 	s.mu.Lock()
 	s.resetTreesLocked()
