@@ -38,6 +38,8 @@ type Entry struct {
 	// namespaced); a *Fields from NewEntry, or any fields.Fields; never nil.
 	Fields fields.Fields
 	// Raw is the object exactly as an item of the apiserver's list response.
+	// It is read only: once packed (see pack.go) its capacity reaches over
+	// the entries packed after it, which an append would overwrite.
 	Raw []byte
 	// gzip holds the item compressed for gzip responses once one needed it
 	// (see Gzip); the only part of an Entry that changes after insertion.
