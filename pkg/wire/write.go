@@ -42,7 +42,9 @@ var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, wri
 // kube-apiserver's (v1.36 streaming list encoders) for the same envelope and
 // items. items must be list items in format f exactly as DecodeList or
 // WatchDecoder returned them; they are written unchanged and not validated.
-// Runs of items packed by PackItems are handed to w in place, not copied.
+// Runs of items packed by PackItems are handed to w in place, not copied:
+// two items in one array, the next exactly an item prefix's length after the
+// previous, must have that item prefix between them (see laidOutRun).
 //
 // Observed encodings it reproduces:
 //   - JSON typed list: {"kind":K,"apiVersion":V,"metadata":{…},"items":[…]}
@@ -121,36 +123,32 @@ func PackItems(f Format, items [][]byte) [][]byte {
 }
 
 // laidOutRun returns, as one slice, the longest run of items[0], items[1], …
-// that memory already holds as WriteList writes them (see PackItems): each
-// next item in the same array right after the previous one and its own item
-// prefix. n is how many items the run covers, at least 1.
+// that memory already holds as WriteList writes them: each next item in the
+// same array as the previous one, exactly its item prefix's length after it.
+// n is how many items the run covers, at least 1.
+//
+// The bytes between two such items are taken to be the item prefix, without
+// reading them (reading one byte per item costs a cache miss each, and
+// profiles put that at 4% of a walk's CPU). Every producer of list items
+// leaves exactly that there: PackItems writes it, and DecodeList's items lie
+// in the response as the list's own encoding put them, one ',' or one items
+// field tag and length apart. TestWriteListPackedItems checks the first.
 func laidOutRun(f Format, items [][]byte) (run []byte, n int) {
 	run = items[0]
 	var prefix [1 + binary.MaxVarintLen64]byte
 	for n = 1; n < len(items); n++ {
 		next := items[n]
-		p := AppendItemPrefix(prefix[:0], f, false, next)
-		end := len(run) + len(p) + len(next)
+		end := len(run) + len(AppendItemPrefix(prefix[:0], f, false, next)) + len(next)
 		if len(next) == 0 || cap(run) < end {
 			break
 		}
 		grown := run[:end]
-		if &grown[len(run)+len(p)] != &next[0] || !samePrefix(grown[len(run):], p) {
+		if &grown[end-len(next)] != &next[0] {
 			break
 		}
 		run = grown
 	}
 	return run, n
-}
-
-// samePrefix reports whether b starts with p, a few bytes long.
-func samePrefix(b, p []byte) bool {
-	for i, c := range p {
-		if b[i] != c {
-			return false
-		}
-	}
-	return true
 }
 
 // appendJSONString appends s as encoding/json does (HTML-escaped).
