@@ -207,6 +207,37 @@ func (s *sampler) seconds() float64 {
 	return math.Max(0, s.cpu.Seconds()-s.idleRate*s.wall.Seconds())
 }
 
+// Settling: a side's CPU time for a measured interval runs until its
+// processes are back at their idle rate, not only until its last response.
+// A large response leaves garbage whose collection runs after it (the
+// apiserver's after a walk took 0–1.1 s of CPU, listproxy's a few ms); that
+// is the response's cost too, and left running it would overlap the next
+// interval, of the other side.
+const (
+	settleWindow = 100 * time.Millisecond // CPU rate sampled over this
+	settleSlack  = 0.02                   // CPU seconds per second above idle still counted as idle
+	settleMax    = 5 * time.Second        // a process busy for longer is left to it
+)
+
+// settle waits until the processes of ts together spend no more than
+// idleRate+settleSlack CPU seconds per second over a settleWindow, or
+// settleMax has passed. It returns how long it waited.
+func settle(ctx context.Context, idleRate float64, ts ...*target) time.Duration {
+	var pids []int
+	for _, t := range ts {
+		pids = append(pids, t.pids...)
+	}
+	begin := time.Now()
+	for time.Since(begin) < settleMax && ctx.Err() == nil {
+		c0, w0 := cpuTime(pids), time.Now()
+		time.Sleep(settleWindow)
+		if (cpuTime(pids)-c0).Seconds()/time.Since(w0).Seconds() <= idleRate+settleSlack {
+			break
+		}
+	}
+	return time.Since(begin)
+}
+
 // measureIdle samples the CPU rate of t's processes over d.
 func measureIdle(ctx context.Context, t *target, d time.Duration) float64 {
 	c0, w0 := cpuTime(t.pids), time.Now()

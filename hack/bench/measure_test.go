@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"math"
 	"os"
 	"strings"
@@ -80,5 +81,29 @@ func TestProcessCPU(t *testing.T) {
 	}
 	if diff := (after - procStatCPU(pid)).Abs(); diff > 100*time.Millisecond {
 		t.Errorf("process CPU clock %v, /proc %v", after, procStatCPU(pid))
+	}
+}
+
+// settle waits out work a process is still doing, and no longer.
+func TestSettleWaitsForBusyProcess(t *testing.T) {
+	self := &target{name: "self", pids: []int{os.Getpid()}}
+	if waited := settle(context.Background(), 0, self); waited > 5*settleWindow {
+		t.Errorf("an idle process took %v to settle", waited)
+	}
+
+	const busy = 400 * time.Millisecond
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for end := time.Now().Add(busy); time.Now().Before(end); {
+		}
+	}()
+	waited := settle(context.Background(), 0, self)
+	<-done
+	if waited < busy-settleWindow {
+		t.Errorf("settled after %v while the process was busy for %v", waited, busy)
+	}
+	if waited >= settleMax {
+		t.Errorf("did not settle after the busy work ended (waited %v)", waited)
 	}
 }

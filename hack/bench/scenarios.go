@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -60,6 +61,9 @@ type series struct {
 	notSnapshot int
 	notGzip     int
 	extra       map[string][]float64
+	// settle, when set, waits for every process to go quiet (see settle);
+	// the clock restarts after an off-clock check only once it returns.
+	settle func()
 	// Content checks of listproxy's answers against the apiserver's.
 	checked    int
 	mismatches int
@@ -117,6 +121,9 @@ func (s *series) offClock(f func()) {
 	s.endInterval()
 	defer s.startInterval()
 	f()
+	if s.settle != nil {
+		s.settle()
+	}
 }
 
 // checkContent compares listproxy's answer res to path (asked without a
@@ -182,7 +189,30 @@ func (s *series) side(requests int) side {
 // alternate runs fn n times on each side, alternating which side goes
 // first, with each side's CPU time sampled around its own calls only.
 func (b *bench) alternate(ctx context.Context, n int, fn func(ctx context.Context, s *series, i int) error) (*series, *series, error) {
+	return b.alternatePaced(ctx, n, false, fn)
+}
+
+// alternateSettled is alternate for calls that each do much work (a full
+// LIST, a walk, a batch of clients): every process settles before a call
+// is timed, and the side's interval runs until its processes have settled
+// after the call, so that the work a call leaves behind is counted for its
+// side and runs into no other interval. "trailing_cpu_s" records, per call,
+// how much CPU time the side spent after its last response.
+func (b *bench) alternateSettled(ctx context.Context, n int, fn func(ctx context.Context, s *series, i int) error) (*series, *series, error) {
+	return b.alternatePaced(ctx, n, true, fn)
+}
+
+func (b *bench) alternatePaced(ctx context.Context, n int, settled bool, fn func(ctx context.Context, s *series, i int) error) (*series, *series, error) {
 	d, p := b.newSeries(b.env.direct), b.newSeries(b.env.proxied)
+	settleAll := func() {
+		// The harness's own garbage (read responses, decoded checks) is
+		// collected now, not while it reads the next timed responses.
+		runtime.GC()
+		settle(ctx, b.idleDirect+b.idleProxied, b.env.direct, b.env.proxied)
+	}
+	if settled {
+		d.settle, p.settle = settleAll, settleAll
+	}
 	for i := range n {
 		order := []*series{d, p}
 		if i%2 == 1 {
@@ -192,8 +222,16 @@ func (b *bench) alternate(ctx context.Context, n int, fn func(ctx context.Contex
 			if err := ctx.Err(); err != nil {
 				return nil, nil, err
 			}
+			if settled {
+				settleAll()
+			}
 			s.startInterval()
 			err := fn(ctx, s, i)
+			if settled {
+				before := cpuTime(s.t.pids)
+				settleAll()
+				s.extra["trailing_cpu_s"] = append(s.extra["trailing_cpu_s"], (cpuTime(s.t.pids) - before).Seconds())
+			}
 			s.endInterval()
 			if err != nil {
 				return nil, nil, err
@@ -227,7 +265,7 @@ func (b *bench) fullList(ctx context.Context) error {
 	for _, c := range cases {
 		logf("scenario: %s (%d reps)", c.name, b.cfg.reps)
 		req := request{path: "/api/v1/pods", accept: c.accept, gzip: c.gzip}
-		d, p, err := b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, i int) error {
+		d, p, err := b.alternateSettled(ctx, b.cfg.reps, func(ctx context.Context, s *series, i int) error {
 			// A sampled repetition through listproxy adds a checked
 			// LIST off the clock before the measured one: reading a
 			// whole list into memory to compare it is slower than
@@ -262,7 +300,8 @@ func (b *bench) fullList(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		b.addRow(c.name, d.side(b.cfg.reps), p.side(b.cfg.reps), c.target, "")
+		ds, ps := d.side(b.cfg.reps), p.side(b.cfg.reps)
+		b.addRow(c.name, ds, ps, c.target, trailingNote(ds, ps))
 	}
 	return nil
 }
@@ -343,7 +382,7 @@ func (b *bench) walks(ctx context.Context) error {
 	for _, limit := range b.cfg.walkLimits {
 		name := fmt.Sprintf("paginated walk, limit=%d", limit)
 		logf("scenario: %s (%d reps)", name, b.cfg.reps)
-		d, p, err := b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, i int) error {
+		d, p, err := b.alternateSettled(ctx, b.cfg.reps, func(ctx context.Context, s *series, i int) error {
 			// A sampled repetition through listproxy adds a checked walk
 			// before the measured one.
 			if s.t.proxied && sampled(i, b.cfg.reps) {
@@ -362,6 +401,7 @@ func (b *bench) walks(ctx context.Context) error {
 			ms(ds.Extra["first_page_s_p50"]), ms(ds.Extra["last_page_s_p50"]),
 			ms(ps.Extra["first_page_s_p50"]), ms(ps.Extra["last_page_s_p50"]),
 			ms(ds.EtcdCPUTotal/float64(b.cfg.reps)), ms(ps.EtcdCPUTotal/float64(b.cfg.reps)))
+		note += "; " + trailingNote(ds, ps)
 		spec := targetSpec{CPU: 30, LastFirst: 1.2}
 		if continuePagesFromEtcd(b.report.Config.KubeVersion) {
 			spec.EtcdCPU = 20
@@ -372,6 +412,13 @@ func (b *bench) walks(ctx context.Context) error {
 		b.addRow(name, ds, ps, spec, note)
 	}
 	return nil
+}
+
+// trailingNote says how much of a settled scenario's CPU time each side
+// spent after its last response (see alternateSettled).
+func trailingNote(ds, ps side) string {
+	return fmt.Sprintf("CPU after the last response, p50 per call: apiserver %s, listproxy %s",
+		ms(ds.Extra["trailing_cpu_s_p50"]), ms(ps.Extra["trailing_cpu_s_p50"]))
 }
 
 // continuePagesFromEtcd reports whether the apiserver of release version
@@ -412,7 +459,7 @@ func (b *bench) firstPage(ctx context.Context) error {
 	name = fmt.Sprintf("first page limit=500, %d clients", b.cfg.concurrency)
 	logf("scenario: %s (%d batches of %d×%d per side)", name, b.cfg.reps, b.cfg.concurrency, perClient)
 	var mu sync.Mutex
-	d, p, err = b.alternate(ctx, b.cfg.reps, func(ctx context.Context, s *series, _ int) error {
+	d, p, err = b.alternateSettled(ctx, b.cfg.reps, func(ctx context.Context, s *series, _ int) error {
 		var wg sync.WaitGroup
 		errs := make(chan error, b.cfg.concurrency)
 		// One answer per batch (client 0's first) is checked after the batch.
