@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -725,20 +726,21 @@ func (l *Lists) page(req listRequest, d paging.Decision, token paging.Token, sna
 // consecutive in key order (see writeGzipList).
 func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format, env wire.ListEnvelope, entries []*snapshot.Entry, unfiltered bool) {
 	items := make([][]byte, len(entries))
-	size := 0
 	for i, e := range entries {
 		items[i] = e.Raw
-		size += len(e.Raw)
 	}
 	h := w.Header()
+	h.Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+	parts, err := wire.SplitList(format, env, items)
+	if err != nil {
+		// Negotiation only accepts formats and envelopes that split.
+		httpapi.WriteStatus(w, apierrors.NewInternalError(err))
+		return
+	}
+	size := parts.Size(format, items)
 	h.Set("Content-Type", format.ContentType())
 	h.Set("Cache-Control", "no-cache, private")
-	h.Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
 	// The apiserver gzips when the encoded body exceeds the threshold.
-	n, sizeErr := wire.ListSize(format, env, items)
-	if sizeErr == nil {
-		size = int(n)
-	}
 	if size > gzipThreshold && acceptsGzip(r) {
 		h.Set("Content-Encoding", "gzip")
 		h.Add("Vary", "Accept-Encoding")
@@ -750,11 +752,9 @@ func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format
 	}
 	// A known length spares net/http chunking the body (fewer writes per
 	// byte on the largest responses).
-	if sizeErr == nil {
-		h.Set("Content-Length", strconv.FormatInt(n, 10))
-	}
+	h.Set("Content-Length", strconv.FormatInt(size, 10))
 	w.WriteHeader(http.StatusOK)
-	if err := wire.WriteList(w, format, env, items); err != nil {
+	if err := wire.WriteListParts(w, format, parts, items); err != nil {
 		klog.V(2).InfoS("Writing list response failed", "err", err)
 	}
 }

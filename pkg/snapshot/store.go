@@ -279,11 +279,13 @@ func (s *Store) Pin(rv uint64, snap *Snapshot) {
 		return
 	}
 	now := s.clock.Now()
-	first := now
 	if p, ok := s.pins.Peek(rv); ok && p.snap == snap && s.pinLive(p, now) {
-		first = p.first
+		// A walk's next page: the same snapshot stays pinned, so the
+		// bytes pins hold are unchanged and need no bounding.
+		s.pins.Add(rv, pin{snap: snap, at: now, first: p.first})
+		return
 	}
-	s.pins.Add(rv, pin{snap: snap, at: now, first: first})
+	s.pins.Add(rv, pin{snap: snap, at: now, first: now})
 	s.boundPinsLocked(s.current.Load().history)
 }
 

@@ -41,12 +41,18 @@ func ListSize(f Format, env ListEnvelope, items [][]byte) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n := int64(len(parts.Head) + len(parts.Tail))
+	return parts.Size(f, items), nil
+}
+
+// Size returns the length of the response WriteListParts writes for p, f
+// and items.
+func (p ListParts) Size(f Format, items [][]byte) int64 {
+	n := int64(len(p.Head) + len(p.Tail))
 	var prefix [16]byte
 	for i, it := range items {
 		n += int64(len(AppendItemPrefix(prefix[:0], f, i == 0, it)) + len(it))
 	}
-	return n, nil
+	return n
 }
 
 // AppendItemPrefix appends to dst the bytes WriteList writes just before an

@@ -7,7 +7,8 @@ import (
 )
 
 // TestSplitList checks that a list assembled from SplitList's parts and
-// AppendItemPrefix is WriteList's, in every format, with 0, 1 and many items.
+// AppendItemPrefix is WriteList's, in every format, with 0, 1 and many items,
+// and that WriteListParts and the sizes agree with it.
 func TestSplitList(t *testing.T) {
 	for _, file := range []string{"pods.json", "pods.pb", "pods-meta.json", "pods-meta.pb", "widgets.json"} {
 		env, golden := decodeGolden(t, file)
@@ -36,6 +37,13 @@ func TestSplitList(t *testing.T) {
 			}
 			if size, err := ListSize(f, env, items); err != nil || size != int64(want.Len()) {
 				t.Errorf("%s, %d items: ListSize = %d, %v; want %d", file, n, size, err, want.Len())
+			}
+			if size := parts.Size(f, items); size != int64(want.Len()) {
+				t.Errorf("%s, %d items: parts.Size = %d; want %d", file, n, size, want.Len())
+			}
+			var fromParts bytes.Buffer
+			if err := WriteListParts(&fromParts, f, parts, items); err != nil || !bytes.Equal(fromParts.Bytes(), want.Bytes()) {
+				t.Errorf("%s, %d items: WriteListParts = %v\n got %q\nwant %q", file, n, err, fromParts.Bytes(), want.Bytes())
 			}
 		}
 	}

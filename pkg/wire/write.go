@@ -64,6 +64,13 @@ func WriteList(w io.Writer, f Format, env ListEnvelope, items [][]byte) error {
 	if err != nil {
 		return err
 	}
+	return WriteListParts(w, f, parts, items)
+}
+
+// WriteListParts writes what WriteList writes, given the parts SplitList
+// returned for the same format, envelope and items (a caller that has them
+// for a Content-Length spares encoding the envelope twice).
+func WriteListParts(w io.Writer, f Format, parts ListParts, items [][]byte) error {
 	bw := writerPool.Get().(*bufio.Writer)
 	bw.Reset(w)
 	defer func() {
