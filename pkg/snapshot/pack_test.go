@@ -31,10 +31,11 @@ func packJSON(items [][]byte) [][]byte {
 	return out
 }
 
-// bigEntry is an object of about 20 KB, so that about 52 fill a packed array.
+// bigEntry is an object of a 52nd of a packed array (about 80 KB), so that
+// 52 fill one.
 func bigEntry(name string, rv uint64) *Entry {
 	e := entry("ns", name, rv, "")
-	e.Raw = []byte(fmt.Sprintf(`{"n":%q,"rv":%d,"pad":%q}`, name, rv, strings.Repeat("x", 20000)))
+	e.Raw = []byte(fmt.Sprintf(`{"n":%q,"rv":%d,"pad":%q}`, name, rv, strings.Repeat("x", packTargetBytes/52)))
 	return e
 }
 
@@ -74,7 +75,7 @@ func TestStorePacksListedObjects(t *testing.T) {
 	s.Replace(entries, 200)
 	snap, _, _ := s.Latest()
 
-	// 120 objects of 20 KB: three arrays of about 1 MiB, each in key order.
+	// 120 objects of a 52nd of an array each: three arrays, each in key order.
 	breaks := 0
 	for i, joined := range layout(snap) {
 		if i > 0 && !joined {
@@ -107,7 +108,7 @@ func TestStoreMovesMostlyDeadArray(t *testing.T) {
 	s.Replace(entries, 100)
 	listed, _, _ := s.Latest()
 	if got := layout(listed); strings.Contains(fmt.Sprint(got[1:]), "false") {
-		t.Fatalf("52 objects of 20 KB not in one array: %v", got)
+		t.Fatalf("52 objects of a 52nd of an array each not in one array: %v", got)
 	}
 	cur, err := s.Subscribe(100)
 	if err != nil {
