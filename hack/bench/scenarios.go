@@ -404,7 +404,9 @@ func (b *bench) walks(ctx context.Context) error {
 		note += "; " + trailingNote(ds, ps)
 		spec := targetSpec{CPU: 30, LastFirst: 1.2}
 		if continuePagesFromEtcd(b.report.Config.KubeVersion) {
-			spec.EtcdCPU = 20
+			// The apiserver reads every continue page from etcd: the
+			// walk is where listproxy must save the most.
+			spec.CPU, spec.Wall, spec.EtcdCPU = 50, 10, 20
 		}
 		if limit == 1000 {
 			spec.ProxiedCPUMax = 0.100
