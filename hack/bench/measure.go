@@ -210,9 +210,9 @@ func (s *sampler) seconds() float64 {
 // Settling: a side's CPU time for a measured interval runs until its
 // processes are back at their idle rate, not only until its last response.
 // A large response leaves garbage whose collection runs after it (the
-// apiserver's after a walk took 0–1.1 s of CPU, listproxy's a few ms); that
-// is the response's cost too, and left running it would overlap the next
-// interval, of the other side.
+// apiserver's after a walk took up to 1.1 s of CPU, listproxy's under a
+// millisecond); that is the response's cost too, and left running it would
+// overlap the next interval, of the other side.
 const (
 	settleWindow = 100 * time.Millisecond // CPU rate sampled over this
 	settleSlack  = 0.02                   // CPU seconds per second above idle still counted as idle

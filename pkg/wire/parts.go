@@ -34,18 +34,8 @@ func SplitList(f Format, env ListEnvelope, items [][]byte) (ListParts, error) {
 	return ListParts{}, unsupported("format %v", f)
 }
 
-// ListSize returns the length of the response WriteList writes for f, env
-// and items, without writing it (a Content-Length).
-func ListSize(f Format, env ListEnvelope, items [][]byte) (int64, error) {
-	parts, err := SplitList(f, env, items)
-	if err != nil {
-		return 0, err
-	}
-	return parts.Size(f, items), nil
-}
-
 // Size returns the length of the response WriteListParts writes for p, f
-// and items.
+// and items (a Content-Length), without writing it.
 func (p ListParts) Size(f Format, items [][]byte) int64 {
 	n := int64(len(p.Head) + len(p.Tail))
 	var prefix [16]byte

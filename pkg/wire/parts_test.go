@@ -35,9 +35,6 @@ func TestSplitList(t *testing.T) {
 			if !bytes.Equal(got, want.Bytes()) {
 				t.Errorf("%s, %d items: assembled from parts\n got %q\nwant %q", file, n, got, want.Bytes())
 			}
-			if size, err := ListSize(f, env, items); err != nil || size != int64(want.Len()) {
-				t.Errorf("%s, %d items: ListSize = %d, %v; want %d", file, n, size, err, want.Len())
-			}
 			if size := parts.Size(f, items); size != int64(want.Len()) {
 				t.Errorf("%s, %d items: parts.Size = %d; want %d", file, n, size, want.Len())
 			}
