@@ -42,8 +42,9 @@ var gzipChunks = func() *gzstitch.Compressor {
 }()
 
 // writeGzipList writes, as one gzip member, the list response that
-// wire.WriteList writes for f, env and the entries' items (items[i] is
-// entries[i].Raw). Items are copied from chunks cached on their entries where
+// wire.WriteListParts writes for f, parts and the entries' items (parts as
+// wire.SplitList returned them for those items). Items are copied from
+// chunks cached on their entries where
 // a chunk's preceding items in this response are the ones it was compressed
 // after; the rest is compressed now (snapshot.GzipEntries). With cache set,
 // the entries are consecutive in key order (no selector filtered them) and
@@ -53,13 +54,9 @@ var gzipChunks = func() *gzstitch.Compressor {
 //
 // The first item is always compressed per response: it follows the list
 // head, which differs between responses, and in JSON it has no separator.
-func writeGzipList(w io.Writer, f wire.Format, env wire.ListEnvelope, entries []*snapshot.Entry, items [][]byte, cache bool) error {
-	parts, err := wire.SplitList(f, env, items)
-	if err != nil {
-		return err
-	}
+func writeGzipList(w io.Writer, f wire.Format, parts wire.ListParts, entries []*snapshot.Entry, cache bool) error {
 	zw := gzstitch.NewWriter(w)
-	err = writeGzipItems(zw, gzipChunks, f, parts, entries, cache)
+	err := writeGzipItems(zw, gzipChunks, f, parts, entries, cache)
 	if cerr := zw.Close(); err == nil {
 		err = cerr
 	}

@@ -745,7 +745,7 @@ func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format
 		h.Set("Content-Encoding", "gzip")
 		h.Add("Vary", "Accept-Encoding")
 		w.WriteHeader(http.StatusOK)
-		if err := writeGzipList(w, format, env, entries, items, unfiltered); err != nil {
+		if err := writeGzipList(w, format, parts, entries, unfiltered); err != nil {
 			klog.V(2).InfoS("Writing list response failed", "err", err)
 		}
 		return
