@@ -229,9 +229,7 @@ func settle(ctx context.Context, idleRate float64, ts ...*target) time.Duration 
 	}
 	begin := time.Now()
 	for time.Since(begin) < settleMax && ctx.Err() == nil {
-		c0, w0 := cpuTime(pids), time.Now()
-		time.Sleep(settleWindow)
-		if (cpuTime(pids)-c0).Seconds()/time.Since(w0).Seconds() <= idleRate+settleSlack {
+		if cpuRate(ctx, pids, settleWindow) <= idleRate+settleSlack {
 			break
 		}
 	}
@@ -240,12 +238,18 @@ func settle(ctx context.Context, idleRate float64, ts ...*target) time.Duration 
 
 // measureIdle samples the CPU rate of t's processes over d.
 func measureIdle(ctx context.Context, t *target, d time.Duration) float64 {
-	c0, w0 := cpuTime(t.pids), time.Now()
+	return cpuRate(ctx, t.pids, d)
+}
+
+// cpuRate samples the CPU seconds per second that pids spend together over
+// d, or until ctx is done.
+func cpuRate(ctx context.Context, pids []int, d time.Duration) float64 {
+	c0, w0 := cpuTime(pids), time.Now()
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
-	return (cpuTime(t.pids) - c0).Seconds() / time.Since(w0).Seconds()
+	return (cpuTime(pids) - c0).Seconds() / time.Since(w0).Seconds()
 }
 
 // percentile is the nearest-rank percentile p (0..100) of xs.
