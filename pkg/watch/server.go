@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -233,7 +234,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	})
 
 	w2 := &watcher{
-		srv: s, t: t, d: d, wr: wr, cursor: cursor, lastRV: rv, labels: labels, metrics: m,
+		srv: s, t: t, d: d, wr: wr, cursor: cursor, bookmarkRV: rv, readRV: rv, labels: labels, metrics: m,
 	}
 	reason := ""
 	if snap != nil {
@@ -315,9 +316,12 @@ type watcher struct {
 	d      Decision
 	wr     *writer
 	cursor *snapshot.Cursor
-	// lastRV is the resourceVersion the client has: the last event or
-	// bookmark sent.
-	lastRV  uint64
+	// bookmarkRV is the resourceVersion of the last bookmark sent, or
+	// where the watch started.
+	bookmarkRV uint64
+	// readRV is the resourceVersion of the last change read from the
+	// cursor (or where it started): the client has every event up to it.
+	readRV uint64
 	labels  []string
 	metrics *Metrics
 }
@@ -519,12 +523,12 @@ func (w *watcher) bookmark(rv uint64, initialEventsEnd bool) error {
 	}
 	w.wr.event(wire.Bookmark, item)
 	w.metrics.event(w.labels, wire.Bookmark)
-	w.lastRV = max(w.lastRV, rv)
+	w.bookmarkRV = max(w.bookmarkRV, rv)
 	return nil
 }
 
 func (w *watcher) flush() error {
-	n := len(w.wr.buf)
+	n := w.wr.queued()
 	if err := w.wr.flush(); err != nil {
 		return err
 	}
@@ -568,16 +572,13 @@ func (w *watcher) stream(ctx context.Context) string {
 			changed = w.t.Store.Changed()
 		}
 		n, err := w.readChanges()
-		switch {
-		case errors.Is(err, snapshot.ErrFeedReset):
-			return EndStoreReset
-		case errors.Is(err, snapshot.ErrFeedOverrun):
-			return EndTooSlow
+		if err != nil {
+			return w.endReason(ctx, err)
 		}
 		if n > 0 {
 			// Changes none of whose events are this watcher's (another
 			// namespace, not matching) need no write.
-			if len(w.wr.buf) > 0 {
+			if w.wr.queued() > 0 {
 				if err := w.flush(); err != nil {
 					return w.endReason(ctx, err)
 				}
@@ -591,12 +592,8 @@ func (w *watcher) stream(ctx context.Context) string {
 		case <-end.C():
 			return EndTimeout
 		case <-bookmarkC:
-			// Only when the resourceVersion moved, as the watch cache.
-			if rv := w.t.Store.Progress(); rv > w.lastRV {
-				_ = w.bookmark(rv, false)
-				if err := w.flush(); err != nil {
-					return w.endReason(ctx, err)
-				}
+			if err := w.progressBookmark(); err != nil {
+				return w.endReason(ctx, err)
 			}
 			bt = clk.NewTimer(nextBookmark())
 			bookmarkC = bt.C()
@@ -604,22 +601,72 @@ func (w *watcher) stream(ctx context.Context) string {
 	}
 }
 
+// progressBookmark sends a BOOKMARK at the store's progress when it moved
+// since the last bookmark, behind every event up to it, as the watch cache
+// queues a bookmark behind the events before it: a bookmark at N promises
+// the client every change up to N, and one resuming from N never gets the
+// changes before it again. The store appends a change to its feed before it
+// publishes the change's resourceVersion as its progress, so once the
+// cursor has read up to the progress, every change up to it was sent. It
+// reads no further than one batch past the progress, so that writes faster
+// than the watcher reads cannot hold its bookmark back; the bookmark then
+// carries the last change read.
+func (w *watcher) progressBookmark() error {
+	rv := w.t.Store.Progress()
+	for w.readRV < rv {
+		n, err := w.readChanges()
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break // unreachable: the feed holds every change up to rv
+		}
+	}
+	if rv = max(rv, w.readRV); rv > w.bookmarkRV {
+		_ = w.bookmark(rv, false)
+	}
+	if w.wr.queued() == 0 {
+		return nil
+	}
+	return w.flush()
+}
+
 // eventBufs holds the batches watchers read changes into, so that an idle
 // watcher holds none.
 var eventBufs = sync.Pool{New: func() any { b := make([]snapshot.Event, 0, readBatch); return &b }}
 
-// readChanges queues the events of the changes the cursor has (up to
-// readBatch) and returns how many changes it read.
+// readChanges sends the events of the changes the cursor has (up to
+// readBatch) and returns how many changes it read. It writes a burst
+// whenever readBatch changes' events reach burstBytes, so that a watcher
+// catching up on large objects never gathers more than burstBytes plus one
+// event; the rest stays queued for the caller to flush. A feed that broke
+// continuity or overran the cursor ends the watch (an *endError).
 func (w *watcher) readChanges() (int, error) {
 	bp := eventBufs.Get().(*[]snapshot.Event)
 	buf, err := w.cursor.Read((*bp)[:0])
+	var werr error
 	for i := range buf {
-		w.change(&buf[i])
+		w.readRV = buf[i].RV
+		if werr == nil {
+			w.change(&buf[i])
+			if w.wr.queued() >= burstBytes {
+				werr = w.flush()
+			}
+		}
 		buf[i] = snapshot.Event{} // release the entries
 	}
+	n := len(buf)
 	*bp = buf[:0]
 	eventBufs.Put(bp)
-	return len(buf), err
+	switch {
+	case werr != nil:
+		return n, werr
+	case errors.Is(err, snapshot.ErrFeedReset):
+		return n, &endError{EndStoreReset}
+	case errors.Is(err, snapshot.ErrFeedOverrun):
+		return n, &endError{EndTooSlow}
+	}
+	return n, nil
 }
 
 // change queues the event one change means to this watcher, as the watch
@@ -651,7 +698,6 @@ func (w *watcher) change(ev *snapshot.Event) {
 			}
 		}
 	default:
-		w.lastRV = max(w.lastRV, ev.RV)
 		return
 	}
 	if w.t.Match == nil && ev.Shared != nil {
@@ -665,7 +711,6 @@ func (w *watcher) change(ev *snapshot.Event) {
 	}
 	w.metrics.event(w.labels, typ)
 	w.metrics.fanout(w.labels, w.srv.cfg.Clock.Since(ev.At))
-	w.lastRV = max(w.lastRV, ev.RV)
 }
 
 // frameKey identifies an encoded frame of an event shared by watchers.
@@ -710,7 +755,10 @@ func putBurst(b []byte) {
 	}
 }
 
-// writer gathers a burst of frames and writes it with a deadline.
+// writer gathers a burst of frames and writes it with a deadline. Frames
+// it encodes go into its burst buffer; a large frame shared by watchers is
+// queued by reference, not copied, so that a burst of large objects costs
+// each watcher nothing but the references.
 type writer struct {
 	w       http.ResponseWriter
 	rc      *http.ResponseController
@@ -718,15 +766,30 @@ type writer struct {
 	typ     wire.ObjectType
 	timeout time.Duration
 	clock   clock.PassiveClock
-	buf     []byte
+	// buf holds frames encoded for this watcher; those before buf[sealed:]
+	// are queued in parts.
+	buf    []byte
+	sealed int
+	// parts are the pieces queued before buf[sealed:], in order: sealed
+	// runs of buf and shared frames; partBytes is their length.
+	parts     [][]byte
+	partBytes int
 	// keep: the buffer is kept whatever its size (while sending initial
 	// events); release ends that.
 	keep bool
+	// limit, when set, is a deadline no write may pass (the initial
+	// events' bound).
+	limit time.Time
 	// err is the first write or flush error.
 	err error
 	// gzip: every flush is written as one gzip member.
 	gzip bool
 }
+
+// sharedFrameMin is the size from which a shared frame is queued by
+// reference rather than copied into the burst buffer: below it a copy is
+// cheaper than a write of its own. Not measured.
+const sharedFrameMin = 4 << 10
 
 func newWriter(w http.ResponseWriter, f wire.Format, typ wire.ObjectType, timeout time.Duration, clk clock.PassiveClock) *writer {
 	return &writer{w: w, rc: http.NewResponseController(w), format: f, typ: typ, timeout: timeout, clock: clk}
@@ -739,13 +802,26 @@ func (w *writer) event(t wire.EventType, item []byte) {
 	w.buf = wire.AppendWatchEvent(w.buf, w.format, t, w.typ, item)
 }
 
-// frame queues an encoded frame.
+// frame queues an encoded frame, which must not change until flushed.
 func (w *writer) frame(b []byte) {
-	if w.buf == nil {
-		w.buf = getBurst()
+	if len(b) < sharedFrameMin {
+		if w.buf == nil {
+			w.buf = getBurst()
+		}
+		w.buf = append(w.buf, b...)
+		return
 	}
-	w.buf = append(w.buf, b...)
+	if len(w.buf) > w.sealed {
+		w.parts = append(w.parts, w.buf[w.sealed:])
+		w.partBytes += len(w.buf) - w.sealed
+		w.sealed = len(w.buf)
+	}
+	w.parts = append(w.parts, b)
+	w.partBytes += len(b)
 }
+
+// queued is the number of bytes queued for the next flush.
+func (w *writer) queued() int { return w.partBytes + len(w.buf) - w.sealed }
 
 // release stops keeping the buffer between bursts; an empty one is
 // returned at once.
@@ -757,10 +833,15 @@ func (w *writer) release() {
 	}
 }
 
-// setDeadline bounds the next writes. Deadlines use the real time: they
-// bound the socket, not the watch.
+// setDeadline bounds the next writes: WriteTimeout from now, and never
+// past limit. Deadlines use the real time: they bound the socket, not the
+// watch.
 func (w *writer) setDeadline() {
-	_ = w.rc.SetWriteDeadline(time.Now().Add(w.timeout)) // unsupported: no bound
+	at := time.Now().Add(w.timeout)
+	if !w.limit.IsZero() && w.limit.Before(at) {
+		at = w.limit
+	}
+	_ = w.rc.SetWriteDeadline(at) // unsupported: no bound
 }
 
 // fail records err as the writer's first error.
@@ -770,24 +851,40 @@ func (w *writer) fail(err error) {
 	}
 }
 
-// flush writes the gathered frames and flushes them to the client.
+// writeQueued writes the queued pieces to dst in order.
+func (w *writer) writeQueued(dst io.Writer) error {
+	for _, p := range w.parts {
+		if _, err := dst.Write(p); err != nil {
+			return err
+		}
+	}
+	if len(w.buf) > w.sealed {
+		if _, err := dst.Write(w.buf[w.sealed:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flush writes the queued frames and flushes them to the client.
 func (w *writer) flush() error {
 	w.setDeadline()
 	var err error
 	switch {
-	case len(w.buf) > 0 && w.gzip:
+	case w.queued() > 0 && w.gzip:
 		gw := gzipWriters.Get().(*gzip.Writer)
 		gw.Reset(w.w)
-		if _, err = gw.Write(w.buf); err == nil {
+		if err = w.writeQueued(gw); err == nil {
 			if err = gw.Flush(); err == nil {
 				err = gw.Close()
 			}
 		}
 		gw.Reset(nil)
 		gzipWriters.Put(gw)
-	case len(w.buf) > 0:
-		_, err = w.w.Write(w.buf)
+	case w.queued() > 0:
+		err = w.writeQueued(w.w)
 	}
+	w.parts, w.partBytes, w.sealed = nil, 0, 0
 	if w.keep {
 		w.buf = w.buf[:0]
 	} else {

@@ -1,0 +1,151 @@
+package watch
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// TestBookmarkNeverOvertakesEvents: a BOOKMARK at N promises the client
+// every event up to N, as the watch cache's, whose bookmarks queue behind
+// the events before them. Under concurrent writes no event may arrive after
+// a bookmark at or past its resourceVersion, for periodic bookmarks and the
+// one shortly before a watch's deadline, with and without selectors. A
+// client resuming from such a bookmark would never see that event.
+func TestBookmarkNeverOvertakesEvents(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		deadline bool // the deadline bookmark (fake clock), else periodic ones
+		selector string
+	}{
+		{name: "periodic"},
+		{name: "periodic_selector", selector: "&labelSelector=app%3Da"},
+		{name: "deadline", deadline: true},
+		{name: "deadline_selector", deadline: true, selector: "&labelSelector=app%3Da"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := snapshot.NewStore(snapshot.StoreConfig{EventHistory: 1 << 18})
+			store.Replace([]*snapshot.Entry{widget("w0", 5, "a")}, 10)
+			cfg := Config{BookmarkInterval: time.Millisecond}
+			query := "?watch=1&resourceVersion=10&allowWatchBookmarks=true&timeoutSeconds=600" + tc.selector
+			watchers, limit := 4, 3000
+			var clk *testingclock.FakeClock
+			if tc.deadline {
+				// Periodic bookmarks never come; the deadline bookmark
+				// comes 2s before the 3s deadline, for every watcher at
+				// the same instant of the writes.
+				clk = testingclock.NewFakeClock(time.Now())
+				cfg = Config{BookmarkInterval: time.Hour, Clock: clk}
+				query = "?watch=1&resourceVersion=10&allowWatchBookmarks=true&timeoutSeconds=3" + tc.selector
+				watchers, limit = 40, -1
+			}
+			ts := serveWith(t, store, cfg)
+			decoders := make([]*wire.WatchDecoder, watchers)
+			for i := range decoders {
+				decoders[i] = open(t, ts.URL+query)
+				defer decoders[i].Close()
+			}
+
+			stop := make(chan struct{})
+			var writes sync.WaitGroup
+			writes.Add(1)
+			go func() {
+				defer writes.Done()
+				for rv := uint64(11); ; rv++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					app := "a"
+					if rv%3 == 0 {
+						app = "b" // transitions: ADDED and DELETED for the selector
+					}
+					store.Apply(snapshot.Change{Entry: widget(fmt.Sprintf("w%d", rv%7), rv, app)}, rv)
+				}
+			}()
+
+			var (
+				readers    sync.WaitGroup
+				mu         sync.Mutex
+				violations []string
+				bookmarks  int
+			)
+			for _, d := range decoders {
+				readers.Add(1)
+				go func() {
+					defer readers.Done()
+					bad, n := checkBookmarkOrder(d, limit)
+					mu.Lock()
+					defer mu.Unlock()
+					violations = append(violations, bad...)
+					bookmarks += n
+				}()
+			}
+			if tc.deadline {
+				// Every watcher's deadline and bookmark timers are set.
+				timersSet := func() {
+					t.Helper()
+					if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+						return clk.Waiters() == 2*watchers, nil
+					}); err != nil {
+						t.Fatalf("timers of %d watchers: %d, want %d", watchers, clk.Waiters(), 2*watchers)
+					}
+				}
+				timersSet()
+				clk.Step(time.Second + time.Millisecond) // the deadline bookmarks
+				timersSet()                              // each watcher handled its bookmark timer
+				close(stop)
+				writes.Wait()
+				clk.Step(2 * time.Second) // the deadlines
+				readers.Wait()
+			} else {
+				readers.Wait()
+				close(stop)
+				writes.Wait()
+			}
+			if bookmarks == 0 {
+				t.Fatal("no bookmark was sent; the test proves nothing")
+			}
+			if len(violations) > 0 {
+				t.Errorf("%d events arrived after a bookmark at or past their resourceVersion (of %d bookmarks), e.g. %s",
+					len(violations), bookmarks, violations[0])
+			}
+		})
+	}
+}
+
+// checkBookmarkOrder reads d until it ends or limit (< 0: no limit) events
+// were read, and returns the events that arrived after a bookmark at or
+// past their resourceVersion, and how many bookmarks arrived.
+func checkBookmarkOrder(d *wire.WatchDecoder, limit int) (violations []string, bookmarks int) {
+	var bookmarkRV uint64
+	for i := 0; limit < 0 || i < limit; i++ {
+		ev, err := d.Next()
+		if err != nil {
+			return violations, bookmarks
+		}
+		rv, err := strconv.ParseUint(ev.ResourceVersion, 10, 64)
+		if err != nil {
+			return append(violations, fmt.Sprintf("%s without a resourceVersion", ev.Type)), bookmarks
+		}
+		if ev.Type == wire.Bookmark {
+			bookmarks++
+			bookmarkRV = max(bookmarkRV, rv)
+			continue
+		}
+		if rv <= bookmarkRV {
+			violations = append(violations, fmt.Sprintf("%s at %d after a BOOKMARK at %d", ev.Type, rv, bookmarkRV))
+		}
+	}
+	return violations, bookmarks
+}
