@@ -3,6 +3,7 @@ package freshness
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -131,7 +132,8 @@ func (p *Prover) consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Ou
 // snapshot at that change is the state at rv. It fails with
 // snapshot.ErrNotRetained when that cannot be proven in time.
 func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) {
-	if p.cfg.Checker == nil {
+	rev, ok := etcdRevision(rv)
+	if p.cfg.Checker == nil || !ok {
 		return nil, snapshot.ErrNotRetained
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
@@ -140,7 +142,7 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 	if t == nil {
 		return nil, snapshot.ErrNotRetained
 	}
-	_, _, last, err := p.proveAndWait(ctx, t, int64(rv))
+	_, _, last, err := p.proveAndWait(ctx, t, rev)
 	if err != nil {
 		return nil, snapshot.ErrNotRetained
 	}
@@ -152,9 +154,11 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 // the last change at or before rv, and the store reaches it within the
 // proof timeout. Unlike At it needs no snapshot at rv, so a compacted rv
 // is no obstacle. False when it cannot be proven: no etcd, the prefix not
-// verified, or etcd not at rv in time.
+// verified, or etcd not at rv in time (never, for an rv beyond etcd's
+// revisions).
 func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
-	if p.cfg.Checker == nil {
+	rev, ok := etcdRevision(rv)
+	if p.cfg.Checker == nil || !ok {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
@@ -163,7 +167,7 @@ func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	if t == nil {
 		return false
 	}
-	_, _, _, err := p.proveAndWait(ctx, t, int64(rv))
+	_, _, _, err := p.proveAndWait(ctx, t, rev)
 	return err == nil
 }
 
@@ -212,12 +216,16 @@ func (e *TooLargeError) Error() string {
 // hold (the read is then served at minRV); when etcd itself has not reached
 // minRV in time, it returns a *TooLargeError. Without etcd the store waits
 // for minRV. A nil snapshot and nil error mean the read must pass through so
-// that the apiserver decides.
+// that the apiserver decides, as for a minRV beyond etcd's revisions.
 func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Duration) (*snapshot.Snapshot, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	if snap, rv, err := p.cfg.Store.Latest(); err == nil && rv >= minRV {
 		return snap, rv, nil
+	}
+	rev, ok := etcdRevision(minRV)
+	if !ok {
+		return nil, 0, nil
 	}
 	t, _ := p.verifiedTracker(ctx)
 	if t == nil {
@@ -227,7 +235,7 @@ func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Durat
 		}
 		return snap, rv, nil
 	}
-	snap, rv, _, err := p.proveAndWait(ctx, t, int64(minRV))
+	snap, rv, _, err := p.proveAndWait(ctx, t, rev)
 	switch {
 	case errors.Is(err, errNoProgress):
 		if ctx.Err() == nil {
@@ -244,6 +252,16 @@ func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Durat
 		return nil, 0, nil
 	}
 	return snap, max(rv, minRV), nil
+}
+
+// etcdRevision converts a requested resourceVersion to an etcd revision.
+// Revisions are int64: a larger rv (the caller's, parsed as uint64 as the
+// apiserver does) is no revision etcd can reach, and ok is false.
+func etcdRevision(rv uint64) (rev int64, ok bool) {
+	if rv > math.MaxInt64 {
+		return 0, false
+	}
+	return int64(rv), true
 }
 
 var (

@@ -3,8 +3,12 @@ package freshness
 import (
 	"context"
 	"errors"
+	"math"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
@@ -36,5 +40,78 @@ func TestProverWithoutEtcd(t *testing.T) {
 	}
 	if _, err := p.At(context.Background(), 20); !errors.Is(err, snapshot.ErrNotRetained) {
 		t.Errorf("At(20) = %v, want ErrNotRetained", err)
+	}
+}
+
+// A requested resourceVersion is the caller's: one beyond etcd's revisions
+// (int64; the apiserver parses them as uint64) is never proven, and never
+// reports the store as behind. Only a change etcd holds and the store lacks
+// does.
+func TestProverRequestedResourceVersions(t *testing.T) {
+	client := startEtcd(t)
+	c := newEtcdChecker(t, client)
+	held := put(t, client, "/registry/pods/ns/a")
+	missed := put(t, client, "/registry/pods/ns/b") // never applied to the store
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace([]*snapshot.Entry{{Key: snapshot.ObjectKey("ns", "a"), Namespace: "ns", Name: "a", RV: uint64(held)}}, uint64(held))
+
+	var (
+		mu     sync.Mutex
+		behind []uint64
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // stops the tracker before the Checker
+	const timeout = time.Second
+	p := NewProver(ctx, ProverConfig{
+		Checker: c, Store: store, Resource: "pods", Prefix: "/registry/pods/", Timeout: timeout,
+		Behind: func(rv uint64, _ time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			behind = append(behind, rv)
+		},
+	})
+
+	reads := []struct {
+		name  string
+		prove func(rv uint64) bool
+	}{
+		{name: "Holds", prove: func(rv uint64) bool { return p.Holds(ctx, rv) }},
+		{name: "At", prove: func(rv uint64) bool {
+			_, err := p.At(ctx, rv)
+			return err == nil
+		}},
+		{name: "NotOlderThan", prove: func(rv uint64) bool {
+			snap, _, err := p.NotOlderThan(ctx, rv, timeout)
+			return snap != nil && err == nil
+		}},
+	}
+	tests := []struct {
+		name       string
+		rv         uint64
+		want       bool
+		wantBehind []uint64
+	}{
+		{name: "held", rv: uint64(held), want: true},
+		{name: "max_int64", rv: math.MaxInt64},
+		{name: "2^63", rv: 1 << 63},
+		{name: "max_uint64", rv: math.MaxUint64},
+		{name: "missed_change", rv: uint64(missed), wantBehind: []uint64{uint64(missed)}},
+	}
+	for _, tc := range tests {
+		for _, r := range reads {
+			t.Run(tc.name+"/"+r.name, func(t *testing.T) {
+				mu.Lock()
+				behind = nil
+				mu.Unlock()
+				if got := r.prove(tc.rv); got != tc.want {
+					t.Errorf("%s(%d) proven = %v, want %v", r.name, tc.rv, got, tc.want)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if diff := cmp.Diff(tc.wantBehind, behind); diff != "" {
+					t.Errorf("Behind calls (-want +got):\n%s", diff)
+				}
+			})
+		}
 	}
 }
