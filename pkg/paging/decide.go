@@ -1,6 +1,7 @@
 package paging
 
 import (
+	"math"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -97,6 +98,7 @@ const (
 	reasonInvalidOptions  = "invalid_options"          // ListOptions validation (422)
 	reasonInvalidRV       = "invalid_resource_version" // not a uint64 (400)
 	reasonNoncanonicalRV  = "noncanonical_resource_version"
+	reasonTooLargeRV      = "resource_version_too_large" // beyond etcd's int64 revisions
 	reasonInvalidContinue = "invalid_continue"
 	reasonRVWithContinue  = "resource_version_with_continue"
 )
@@ -165,6 +167,11 @@ func Decide(req Request) Decision {
 		// "00", "012": the apiserver's cache and etcd paths disagree on
 		// these; let it answer.
 		return Decision{Action: PassThrough, Reason: reasonNoncanonicalRV}
+	}
+	if rv > math.MaxInt64 {
+		// No etcd revision: the apiserver answers 504 "Too large resource
+		// version" after its own wait.
+		return Decision{Action: PassThrough, Reason: reasonTooLargeRV}
 	}
 	switch metav1.ResourceVersionMatch(req.ResourceVersionMatch) {
 	case metav1.ResourceVersionMatchExact:

@@ -300,7 +300,13 @@ func TestDecideEdges(t *testing.T) {
 		{name: "rv_double_zero_with_limit", req: Request{ResourceVersion: "00", Limit: 5}, want: pass("noncanonical_resource_version")},
 		{name: "rv_plus_sign", req: Request{ResourceVersion: "+12"}, want: pass("invalid_resource_version")},
 		{name: "rv_overflows_uint64", req: Request{ResourceVersion: "18446744073709551616"}, want: pass("invalid_resource_version")},
-		{name: "rv_max_uint64", req: Request{ResourceVersion: "18446744073709551615", ResourceVersionMatch: "Exact"}, want: serve(ServeExact, 1<<64-1, "exact")},
+		// etcd's revisions are int64: past them the apiserver's answer
+		// (its 504 after its wait) is the only exact one.
+		{name: "rv_max_int64", req: Request{ResourceVersion: "9223372036854775807", ResourceVersionMatch: "Exact"}, want: serve(ServeExact, 1<<63-1, "exact")},
+		{name: "rv_2^63", req: Request{ResourceVersion: "9223372036854775808"}, want: pass("resource_version_too_large")},
+		{name: "rv_2^63_with_limit", req: Request{ResourceVersion: "9223372036854775808", Limit: 5}, want: pass("resource_version_too_large")},
+		{name: "rv_max_uint64", req: Request{ResourceVersion: "18446744073709551615", ResourceVersionMatch: "Exact"}, want: pass("resource_version_too_large")},
+		{name: "rv_max_uint64_not_older_than", req: Request{ResourceVersion: "18446744073709551615", ResourceVersionMatch: "NotOlderThan"}, want: pass("resource_version_too_large")},
 		{name: "negative_limit_is_no_limit", req: Request{ResourceVersion: "12", Limit: -1}, want: serve(ServeNotOlderThan, 12, "not_older_than")},
 		{name: "match_is_case_sensitive", req: Request{ResourceVersion: "12", ResourceVersionMatch: "exact"}, want: pass("invalid_options")},
 		{name: "ours_flag_without_token", req: Request{ContinueIsOurs: true, ContinueErr: ErrTokenTampered}, want: serve(ServeConsistent, 0, "consistent")},

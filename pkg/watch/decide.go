@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"math"
 	"net/url"
 	"strconv"
 	"strings"
@@ -51,7 +52,9 @@ type Decision struct {
 // whether listproxy serves it. Anything the apiserver would reject
 // (ValidateListOptions), an unknown or repeated parameter, or a spelling
 // listproxy does not take for certain passes through, so that the apiserver
-// gives its own answer. sendInitialEvents=false passes through too.
+// gives its own answer. sendInitialEvents=false passes through too, and so
+// does a resourceVersion beyond etcd's int64 revisions (the apiserver, which
+// parses it as a uint64, waits for it).
 func Decide(rawQuery string) Decision {
 	pass := func(reason string) Decision { return Decision{Action: PassThrough, Reason: reason} }
 	values, err := url.ParseQuery(rawQuery)
@@ -130,7 +133,7 @@ func Decide(rawQuery string) Decision {
 	}
 	var n uint64
 	if rv != "" && rv != "0" {
-		if n, err = strconv.ParseUint(rv, 10, 64); err != nil || n == 0 {
+		if n, err = strconv.ParseUint(rv, 10, 64); err != nil || n == 0 || n > math.MaxInt64 {
 			return pass("resource_version")
 		}
 	}

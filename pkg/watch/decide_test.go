@@ -37,6 +37,13 @@ func TestDecide(t *testing.T) {
 		{"rvm_without_sie", "watch=1&resourceVersionMatch=NotOlderThan", Decision{Reason: "invalid"}},
 		{"sie_false", "watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan", Decision{Reason: "no_initial_events"}},
 		{"bad_rv", "watch=1&resourceVersion=abc", Decision{Reason: "resource_version"}},
+		{"rv_overflows_uint64", "watch=1&resourceVersion=18446744073709551616", Decision{Reason: "resource_version"}},
+		// etcd's revisions are int64: past them the apiserver answers.
+		{"rewatch_from_max_int64", "watch=1&resourceVersion=9223372036854775807",
+			Decision{Action: From, RV: 1<<63 - 1, Reason: "from"}},
+		{"rewatch_from_2^63", "watch=1&resourceVersion=9223372036854775808", Decision{Reason: "resource_version"}},
+		{"watch_list_from_max_uint64", "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=18446744073709551615",
+			Decision{Reason: "resource_version"}},
 		{"bad_timeout_seconds", "watch=1&timeoutSeconds=-1", Decision{Reason: "query"}},
 		{"bad_timeout", "watch=1&timeout=soon", Decision{Reason: "query"}},
 	}
