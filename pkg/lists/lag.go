@@ -3,6 +3,7 @@ package lists
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -26,10 +27,11 @@ const defaultWatchLagTimeout = 10 * time.Second
 // stream, or an apiserver whose watch cache is stuck). A feeder without an
 // open watch is already reconnecting or relisting, and a watch opened later
 // gets its own chance. One check runs per store at a time; it ends with the
-// store.
+// store. An rv beyond etcd's int64 revisions proves nothing (it can only be
+// a caller's resourceVersion) and is ignored.
 func (l *Lists) checkLag(entry *storeEntry, rv uint64, proven time.Time) {
 	timeout := l.cfg.WatchLagTimeout
-	if timeout <= 0 || entry.feeder == nil {
+	if timeout <= 0 || entry.feeder == nil || rv > math.MaxInt64 {
 		return
 	}
 	watch := entry.feeder.WatchID()

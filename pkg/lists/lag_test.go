@@ -3,6 +3,7 @@ package lists
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -37,13 +38,19 @@ func TestCheckLag(t *testing.T) {
 	tests := []struct {
 		name        string
 		lagTimeout  time.Duration
-		catchUp     bool // the store reaches the proven revision in time
+		rv          uint64 // the revision etcd proved
+		catchUp     bool   // the store reaches the proven revision in time
 		wantRestart bool
+		wantNoCheck bool // rv is no proof: no check starts
 	}{
-		{name: "store_stays_behind_restarts_watch", lagTimeout: 50 * time.Millisecond, wantRestart: true},
+		{name: "store_stays_behind_restarts_watch", lagTimeout: 50 * time.Millisecond, rv: 20, wantRestart: true},
 		// Far longer than the test may take: the check must end because
 		// the store caught up, however slowly the test runs.
-		{name: "store_catches_up_keeps_watch", lagTimeout: time.Hour, catchUp: true},
+		{name: "store_catches_up_keeps_watch", lagTimeout: time.Hour, rv: 20, catchUp: true},
+		// etcd's revisions are int64: anything larger is a caller's
+		// resourceVersion, no proof, and never restarts a watch.
+		{name: "beyond_etcd_revisions_keeps_watch", lagTimeout: 50 * time.Millisecond, rv: 1 << 63, wantNoCheck: true},
+		{name: "max_uint64_keeps_watch", lagTimeout: 50 * time.Millisecond, rv: math.MaxUint64, wantNoCheck: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,10 +80,16 @@ func TestCheckLag(t *testing.T) {
 
 			l := &Lists{cfg: Config{WatchLagTimeout: tc.lagTimeout}}
 			entry := &storeEntry{store: store, feeder: feeder, info: &resourceInfo{GVR: podsGVR}, ctx: ctx}
-			l.checkLag(entry, 20, time.Now())
-			l.checkLag(entry, 20, time.Now()) // one check at a time
+			l.checkLag(entry, tc.rv, time.Now())
+			if tc.wantNoCheck {
+				if entry.lagCheck.Load() {
+					t.Errorf("lag check started for revision %d", tc.rv)
+				}
+				return
+			}
+			l.checkLag(entry, tc.rv, time.Now()) // one check at a time
 			if tc.catchUp {
-				store.MarkProgress(20)
+				store.MarkProgress(tc.rv)
 			}
 			if err := wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 				return !entry.lagCheck.Load(), nil
