@@ -128,8 +128,8 @@ func configMapValues(t *testing.T, ctx context.Context, cs kubernetes.Interface,
 // https from a peer it verifies with --warm-from-ca-file, presenting its own
 // upstream credentials, which the peer authenticates and authorizes like
 // any caller's; it costs the apiserver no LIST. A peer it cannot verify
-// (no CA given, a self-signed certificate) is never sent a request that
-// succeeds: the replica lists from the apiserver.
+// (its self-signed certificate is not signed by the CA given) is never sent
+// a request that succeeds: the replica lists from the apiserver.
 func TestWarmStartFromPeerServiceMode(t *testing.T) {
 	const ns = "warm-service"
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
@@ -163,9 +163,9 @@ func TestWarmStartFromPeerServiceMode(t *testing.T) {
 		t.Errorf("%v stores filled from the https peer, want 1", ok)
 	}
 
-	unverified := framework.StartListproxy(t, cp, append(args, "--warm-from="+peer.URL)...)
+	unverified := framework.StartListproxy(t, cp, append(args, "--warm-from="+peer.URL, "--warm-from-ca-file="+cp.CAFile)...)
 	if ok, failed := peerLists(unverified, "ok"), peerLists(unverified, "failed"); ok != 0 || failed != 1 {
-		t.Errorf("peer without a CA to verify it: %v stores filled from it, %v failed; want 0 and 1", ok, failed)
+		t.Errorf("peer with a certificate the CA given did not sign: %v stores filled from it, %v failed; want 0 and 1", ok, failed)
 	}
 	// Both serve the apiserver's configmaps.
 	want := configMapValues(t, ctx, cs, ns)

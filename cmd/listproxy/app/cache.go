@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -108,9 +109,9 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.Preload, "preload", o.Preload,
 		"Stores started when listproxy starts, as RESOURCE[.GROUP][/FORMAT] in the resource's preferred version, FORMAT json, protobuf, meta-json or meta-protobuf; without FORMAT, protobuf for built-in resources and json for custom ones, what client-go's typed clients and informers ask for (e.g. pods,pods/json,endpointslices.discovery.k8s.io). /readyz fails until each has completed its first list, so a Service sends nothing to a replica with cold stores; they are never dropped as idle. Empty: every store starts on its first request.")
 	fs.StringVar(&o.WarmFrom, "warm-from", o.WarmFrom,
-		"URL of other replicas of this listproxy in front of the same apiserver (listproxy trusts their lists as the apiserver's), typically their Service (https://listproxy.NAMESPACE.svc:8443). Each store's first list is read from there, answered only from a snapshot a replica holds synced, and only its watch from the apiserver, so that a restarted or added replica costs the apiserver a watch rather than a full list. A peer that cannot answer costs one declined request; the store then lists from the apiserver. An https peer gets listproxy's upstream credentials; an http one (sidecar mode, loopback) gets none. Empty: stores list from the apiserver.")
+		"URL of other replicas of this listproxy in front of the same apiserver (listproxy trusts their lists as the apiserver's), typically their Service (https://listproxy.NAMESPACE.svc:8443). Each store's first list is read from there, answered only from a snapshot a replica holds synced, and only its watch from the apiserver, so that a restarted or added replica costs the apiserver a watch rather than a full list. A peer that cannot answer costs one declined request; the store then lists from the apiserver, as it does when the peer's list cannot be shown to be this apiserver's (one object of it is looked up by name). https needs --warm-from-ca-file; the peer gets listproxy's upstream bearer token and client certificate only, and redirects are not followed. http is only for a loopback IP address (sidecar mode) and carries no credentials. Empty: stores list from the apiserver.")
 	fs.StringVar(&o.WarmFromCAFile, "warm-from-ca-file", o.WarmFromCAFile,
-		"CA bundle that verifies the --warm-from peers' serving certificate; empty uses the system roots. A bundle that cannot be read leaves stores to list from the apiserver (logged).")
+		"CA bundle that verifies the --warm-from peers' serving certificate; required with an https --warm-from (the system roots are never used). A bundle that cannot be read leaves stores to list from the apiserver (logged).")
 	fs.DurationVar(&o.ColdStoreWait, "cold-store-wait", o.ColdStoreWait,
 		"How long a LIST or watch of a store that has not synced yet waits for its first list (started by the first request) instead of passing through beside it. Past it: a LIST with a limit and no selectors passes through, any other LIST or watch gets 429 with Retry-After, as the apiserver answers while its watch cache initializes. 0 does not wait.")
 	fs.DurationVar(&o.SnapshotHistory, "snapshot-history", o.SnapshotHistory,
@@ -178,11 +179,7 @@ func (o *CacheOptions) validate() []error {
 		}
 	}
 	if o.WarmFrom != "" {
-		if u, err := url.Parse(o.WarmFrom); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("--warm-from: want an http or https URL, got %q", o.WarmFrom))
-		} else if o.WarmFromCAFile != "" && u.Scheme != "https" {
-			errs = append(errs, errors.New("--warm-from-ca-file: set, but --warm-from is not https"))
-		}
+		errs = append(errs, o.validateWarmFrom()...)
 	} else if o.WarmFromCAFile != "" {
 		errs = append(errs, errors.New("--warm-from-ca-file: set without --warm-from"))
 	}
@@ -234,26 +231,52 @@ func (o *CacheOptions) etcdPrefix(gr schema.GroupResource, custom bool) string {
 	return freshness.DefaultPrefix(o.EtcdPrefix, gr.Group, gr.Resource, custom)
 }
 
-// peerConfig returns how to reach --warm-from (validated), nil without it:
-// upstream's credentials over https, verified with --warm-from-ca-file (or
-// the system roots); no credentials over http.
+// validateWarmFrom checks a set --warm-from: an https peer must be verified
+// with --warm-from-ca-file (never the system roots, which would trust any
+// public certificate for the name), and plain http, which carries no
+// credentials and is not verified, is only for a loopback IP address (a
+// sidecar's peer on the same host).
+func (o *CacheOptions) validateWarmFrom() []error {
+	u, err := url.Parse(o.WarmFrom)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return []error{fmt.Errorf("--warm-from: want an http or https URL, got %q", o.WarmFrom)}
+	}
+	if u.Scheme == "https" {
+		if o.WarmFromCAFile == "" {
+			return []error{errors.New("--warm-from-ca-file: required for an https --warm-from (the CA that signed the peers' serving certificate)")}
+		}
+		return nil
+	}
+	var errs []error
+	if ip := net.ParseIP(u.Hostname()); ip == nil || !ip.IsLoopback() {
+		errs = append(errs, fmt.Errorf("--warm-from: plain http only to a loopback IP address (127.0.0.1, [::1]), got host %q; use https with --warm-from-ca-file", u.Hostname()))
+	}
+	if o.WarmFromCAFile != "" {
+		errs = append(errs, errors.New("--warm-from-ca-file: set, but --warm-from is not https"))
+	}
+	return errs
+}
+
+// peerConfig returns how to reach --warm-from (validated), nil without it.
+// A peer gets only what its service mode authenticates, and only over
+// https verified with --warm-from-ca-file: the upstream bearer token (or
+// its file) and client certificate. Never the upstream's exec or
+// auth-provider plugins (their tokens may reach beyond the cluster), basic
+// auth, impersonation, CA or TLS server name. Over http (a sidecar's
+// loopback peer, which trusts its callers) it gets no credentials.
 func (o *CacheOptions) peerConfig(upstream *rest.Config) *rest.Config {
 	if o.WarmFrom == "" {
 		return nil
 	}
-	var cfg *rest.Config
+	cfg := &rest.Config{Host: o.WarmFrom, UserAgent: upstream.UserAgent, QPS: upstream.QPS, Burst: upstream.Burst}
 	if u, err := url.Parse(o.WarmFrom); err == nil && u.Scheme == "https" {
-		cfg = rest.CopyConfig(upstream)
+		cfg.BearerToken, cfg.BearerTokenFile = upstream.BearerToken, upstream.BearerTokenFile
 		cfg.TLSClientConfig = rest.TLSClientConfig{
 			CAFile:   o.WarmFromCAFile,
 			CertFile: upstream.CertFile, KeyFile: upstream.KeyFile,
 			CertData: upstream.CertData, KeyData: upstream.KeyData,
 		}
-	} else {
-		cfg = rest.AnonymousClientConfig(upstream)
-		cfg.TLSClientConfig = rest.TLSClientConfig{}
 	}
-	cfg.Host = o.WarmFrom
 	return cfg
 }
 
