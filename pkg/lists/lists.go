@@ -246,7 +246,7 @@ func New(cfg Config) (*Lists, error) {
 	if cfg.Peer != nil {
 		// A peer's client that cannot be built (its CA file is missing)
 		// leaves stores to list from the apiserver, as without a peer.
-		if l.peerClient, err = rest.HTTPClientFor(withHealthCheckedTransport(cfg.Peer)); err != nil {
+		if l.peerClient, err = newPeerClient(cfg.Peer); err != nil {
 			klog.ErrorS(err, "Peer client; stores list from the apiserver", "peer", cfg.Peer.Host)
 			l.peerClient = nil
 		}

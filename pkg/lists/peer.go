@@ -1,6 +1,11 @@
 package lists
 
-import "time"
+import (
+	"net/http"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
 
 // Warm start from a peer (Config.Peer): a replica reads each store's first
 // list from another replica, marking every page with
@@ -24,3 +29,20 @@ const ReasonPeerDeclined Reason = "peer_declined"
 // request timeout (60s) bounds a LIST: a peer that stops answering costs
 // the store a minute before it lists from the apiserver, not its life.
 const peerListTimeout = time.Minute
+
+// newPeerClient returns the client of Config.Peer. It follows no redirect:
+// client-go's transport adds the peer's credentials to every request it
+// sends, so a followed redirect would hand them to any host and scheme the
+// answer names. A redirect is a failed peer list (apiSource.do).
+func newPeerClient(peer *rest.Config) (*http.Client, error) {
+	client, err := rest.HTTPClientFor(withHealthCheckedTransport(peer))
+	if err != nil {
+		return nil, err
+	}
+	// A client of its own: HTTPClientFor may hand out http.DefaultClient.
+	return &http.Client{
+		Transport:     client.Transport,
+		Timeout:       client.Timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, nil
+}

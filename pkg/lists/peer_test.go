@@ -1,14 +1,20 @@
 package lists
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -80,5 +86,48 @@ func TestPeerListDeclined(t *testing.T) {
 	}
 	if _, ok := l.stores[storeKey{gvr: nodes, format: wire.JSON}]; ok {
 		t.Error("a peer's list started a store")
+	}
+}
+
+// The peer's client follows no redirect: client-go adds the bearer token to
+// every request its transport sends, so a followed redirect would hand it to
+// whatever host (and scheme) the peer names. A redirect fails the list, and
+// the store lists from the apiserver.
+func TestPeerClientFollowsNoRedirect(t *testing.T) {
+	for _, code := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		t.Run(strconv.Itoa(code), func(t *testing.T) {
+			var mu sync.Mutex
+			var reached []string // Authorization headers the redirect's target received
+			target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				reached = append(reached, r.Header.Get("Authorization"))
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprint(w, `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[]}`)
+			}))
+			defer target.Close()
+			peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, target.URL+r.URL.RequestURI(), code)
+			}))
+			defer peer.Close()
+			l, err := New(Config{
+				Upstream:          &rest.Config{Host: "http://127.0.0.1:1"},
+				Peer:              &rest.Config{Host: peer.URL, BearerToken: "peer-token"},
+				DiscoveryInterval: time.Minute,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := &apiSource{client: l.peerClient, host: l.peerHost, path: "/api/v1/pods", format: wire.JSON, peer: true}
+			_, err = src.List(context.Background(), 500, "", func([]byte) error { return nil })
+			if err == nil {
+				t.Errorf("List through a %d succeeded, want an error", code)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(reached) != 0 {
+				t.Errorf("the redirect's target received %d requests (Authorization %q), want none", len(reached), reached)
+			}
+		})
 	}
 }
