@@ -7,9 +7,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"sync/atomic"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/pkg/httpapi"
@@ -53,7 +56,13 @@ func withHealthCheckedTransport(upstream *rest.Config) *rest.Config {
 }
 
 func (s *apiSource) do(ctx context.Context, q url.Values, accept string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.host+s.path+"?"+q.Encode(), nil)
+	return s.doPath(ctx, s.path, q, accept)
+}
+
+// doPath sends a GET of path (under s.host) with query q, answered 200 or
+// turned into an error.
+func (s *apiSource) doPath(ctx context.Context, path string, q url.Values, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.host+path+"?"+q.Encode(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -73,11 +82,11 @@ func (s *apiSource) do(ctx context.Context, q url.Values, accept string) (*http.
 	resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusGone:
-		return nil, fmt.Errorf("%s: %s: %w", s.path, body, snapshot.ErrGone)
+		return nil, fmt.Errorf("%s: %s: %w", path, body, snapshot.ErrGone)
 	case http.StatusNotFound:
-		return nil, fmt.Errorf("%s: %s: %w", s.path, body, snapshot.ErrNotFound)
+		return nil, fmt.Errorf("%s: %s: %w", path, body, snapshot.ErrNotFound)
 	}
-	return nil, fmt.Errorf("%s: HTTP %d: %s", s.path, resp.StatusCode, body)
+	return nil, fmt.Errorf("%s: HTTP %d: %s", path, resp.StatusCode, body)
 }
 
 func (s *apiSource) List(ctx context.Context, limit int64, continueToken string, item func(raw []byte) error) (snapshot.ListResult, error) {
@@ -133,7 +142,9 @@ func (w watchAdapter) Close() error { return w.d.Close() }
 // peerSource reads a store's first list from a peer replica, which answers
 // a LIST as the apiserver does (the same items, envelope and
 // resourceVersion); the envelope it reads is main's, which serves the
-// store from then on.
+// store from then on. The list is trusted only once main's apiserver holds
+// the first object it lists (holds): a peer in front of another cluster is
+// rejected (snapshot.ErrWarmRejected).
 type peerSource struct {
 	main *apiSource
 	peer *apiSource
@@ -144,9 +155,70 @@ var _ snapshot.Lister = peerSource{}
 func (p peerSource) List(ctx context.Context, limit int64, continueToken string, item func(raw []byte) error) (snapshot.ListResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, peerListTimeout)
 	defer cancel()
-	res, err := p.peer.List(ctx, limit, continueToken, item)
-	if err == nil {
-		p.main.envelope.Store(p.peer.envelope.Load())
+	// The first page's first object is checked with the apiserver; later
+	// pages continue the list it checked.
+	check := continueToken == ""
+	var first *peerObject
+	res, err := p.peer.List(ctx, limit, continueToken, func(raw []byte) error {
+		if check && first == nil {
+			m, uid, err := wire.ExtractMetaUID(p.peer.format, raw)
+			if err != nil {
+				return err
+			}
+			first = &peerObject{namespace: m.Namespace, name: m.Name, uid: uid}
+		}
+		return item(raw)
+	})
+	if err != nil {
+		return res, err
 	}
-	return res, err
+	if check {
+		if first == nil {
+			// Nothing to check; an empty collection lists cheaply.
+			return snapshot.ListResult{}, fmt.Errorf("%w: the peer's list is empty, nothing shows it is the apiserver's", snapshot.ErrWarmRejected)
+		}
+		if err := p.main.holds(ctx, *first, res.ResourceVersion); err != nil {
+			return snapshot.ListResult{}, fmt.Errorf("%w: %w", snapshot.ErrWarmRejected, err)
+		}
+	}
+	p.main.envelope.Store(p.peer.envelope.Load())
+	return res, nil
+}
+
+// peerObject names an object of a peer's list.
+type peerObject struct{ namespace, name, uid string }
+
+// holds checks that the apiserver holds obj, with its uid, at rv or later:
+// a LIST of obj's name in its namespace, not older than rv, which the
+// apiserver answers from its watch cache by key. An object of another
+// cluster has another uid (they are random), or is not there, or rv is
+// ahead of this cluster (the apiserver gives up waiting for it, 504).
+func (s *apiSource) holds(ctx context.Context, obj peerObject, rv string) error {
+	p := s.path
+	if obj.namespace != "" {
+		dir, resource := path.Split(s.path)
+		p = dir + "namespaces/" + url.PathEscape(obj.namespace) + "/" + resource
+	}
+	q := url.Values{
+		"fieldSelector":        {fields.OneTermEqualSelector("metadata.name", obj.name).String()},
+		"resourceVersion":      {rv},
+		"resourceVersionMatch": {string(metav1.ResourceVersionMatchNotOlderThan)},
+	}
+	resp, err := s.doPath(ctx, p, q, s.format.ListAccept())
+	if err != nil {
+		return fmt.Errorf("checking %s/%s with the apiserver: %w", obj.namespace, obj.name, err)
+	}
+	defer resp.Body.Close()
+	found := false
+	if _, err := wire.DecodeList(s.format, resp.Body, func(raw []byte) error {
+		m, uid, err := wire.ExtractMetaUID(s.format, raw)
+		found = found || (err == nil && m.Namespace == obj.namespace && m.Name == obj.name && uid == obj.uid)
+		return err
+	}); err != nil {
+		return fmt.Errorf("checking %s/%s with the apiserver: %w", obj.namespace, obj.name, err)
+	}
+	if !found {
+		return fmt.Errorf("the apiserver holds no %s/%s with uid %s at resourceVersion %s or later: the peer is not in front of the same cluster", obj.namespace, obj.name, obj.uid, rv)
+	}
+	return nil
 }

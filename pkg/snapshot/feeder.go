@@ -72,6 +72,10 @@ var (
 	// 404, e.g. its CustomResourceDefinition was deleted); the store stops
 	// serving until a list succeeds again.
 	ErrNotFound = errors.New("resource not served")
+	// ErrWarmRejected means a Warm lister read a list but could not show
+	// it to be Source's (FeederConfig.Warm): the feeder lists from Source,
+	// and OnWarm is told why.
+	ErrWarmRejected = errors.New("warm list rejected")
 )
 
 // Reasons a watch is re-established, as reported to OnWatchRestart (a
@@ -319,7 +323,11 @@ func (f *Feeder) firstOrRelist(ctx context.Context, warm *Lister) (string, error
 			klog.V(2).InfoS("Filled from a peer", "store", f.cfg.Name, "resourceVersion", rv)
 			return rv, nil
 		}
-		klog.InfoS("List from a peer failed; listing from the apiserver", "store", f.cfg.Name, "err", err)
+		if errors.Is(err, ErrWarmRejected) {
+			klog.InfoS("List from a peer rejected; listing from the apiserver", "store", f.cfg.Name, "err", err)
+		} else {
+			klog.InfoS("List from a peer failed; listing from the apiserver", "store", f.cfg.Name, "err", err)
+		}
 	}
 	return f.list(ctx, f.cfg.Source)
 }

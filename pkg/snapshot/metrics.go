@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,7 +40,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		relists: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "relists_total",
 			Help: "Complete lists that (re)filled a store."}, labels),
 		peerLists: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "peer_lists_total",
-			Help: "First lists of a store read from a peer replica (--warm-from), by result: ok (the store was filled from it) or failed (it was listed from the apiserver)."}, append(labels, "result")),
+			Help: "First lists of a store read from a peer replica (--warm-from), by result: ok (the store was filled from it), failed (no list from the peer) or rejected (the peer's list was not shown to be the apiserver's); after failed and rejected the store was listed from the apiserver."}, append(labels, "result")),
 		watchRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "watch_restarts_total",
 			Help: "Watches that ended and were re-established, by reason (closed, error, gone, stalled, lagging)."}, append(labels, "reason")),
 		watchHealthy: gauge("watch_healthy", "1 while the store's watch is open (the store follows the apiserver), 0 while it lists, relists or reconnects."),
@@ -89,7 +90,10 @@ func (m *Metrics) For(resource, format string) StoreObservers {
 		OnRelist: relists.Inc,
 		OnWarm: func(err error) {
 			result := "ok"
-			if err != nil {
+			switch {
+			case errors.Is(err, ErrWarmRejected):
+				result = "rejected"
+			case err != nil:
 				result = "failed"
 			}
 			m.peerLists.WithLabelValues(resource, format, result).Inc()

@@ -3,8 +3,13 @@ package snapshot
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // fakePeer lists items at rv, or fails with err; it counts its lists.
@@ -111,5 +116,37 @@ func TestFeederPeerListWithBadItemFallsBack(t *testing.T) {
 	}
 	if snap, _, _ := h.store.Latest(); snap.Len() != 0 {
 		t.Fatalf("store holds %d objects of the failed peer list, want the source's 0", snap.Len())
+	}
+}
+
+// OnWarm counts each outcome under its result: a list read but not shown to
+// be the source's (ErrWarmRejected, wrapped) apart from one that failed.
+func TestWarmOutcomeMetric(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{name: "ok", want: "ok"},
+		{name: "failed", err: errors.New("HTTP 503"), want: "failed"},
+		{name: "rejected", err: fmt.Errorf("list: %w: another cluster", ErrWarmRejected), want: "rejected"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := NewMetrics(prometheus.NewRegistry())
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.For("pods", "json").OnWarm(tc.err)
+			got := map[string]float64{}
+			for _, result := range []string{"ok", "failed", "rejected"} {
+				if v := testutil.ToFloat64(m.peerLists.WithLabelValues("pods", "json", result)); v != 0 {
+					got[result] = v
+				}
+			}
+			if diff := cmp.Diff(map[string]float64{tc.want: 1}, got); diff != "" {
+				t.Errorf("peer lists by result (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

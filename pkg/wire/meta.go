@@ -28,23 +28,49 @@ type Meta struct {
 func ExtractMeta(f Format, raw []byte) (Meta, error) {
 	switch f {
 	case JSON, MetaJSON:
-		m, err := jsonObjectMeta(raw, false)
+		m, err := jsonObjectMeta(raw, 0)
 		return m.Meta, err
 	case Protobuf, MetaProtobuf:
-		m, err := protoObjectMeta(raw, false)
+		m, err := protoObjectMeta(raw, 0)
 		return m.Meta, err
 	}
 	return Meta{}, unsupported("format %v", f)
 }
 
+// ExtractMetaUID reads what ExtractMeta reads and the object's
+// metadata.uid, which ExtractMeta leaves out so that lists and events do
+// not pay for it.
+func ExtractMetaUID(f Format, raw []byte) (Meta, string, error) {
+	switch f {
+	case JSON, MetaJSON:
+		m, err := jsonObjectMeta(raw, withUID)
+		return m.Meta, m.uid, err
+	case Protobuf, MetaProtobuf:
+		m, err := protoObjectMeta(raw, withUID)
+		return m.Meta, m.uid, err
+	}
+	return Meta{}, "", unsupported("format %v", f)
+}
+
+// metaParts selects what an object's metadata is read for beyond Meta.
+type metaParts uint8
+
+const (
+	// withInitialEventsEnd reads the initial-events-end annotation.
+	withInitialEventsEnd metaParts = 1 << iota
+	// withUID reads metadata.uid.
+	withUID
+)
+
 type objectMeta struct {
 	Meta
+	uid              string
 	initialEventsEnd bool
 }
 
-// jsonObjectMeta reads metadata from a JSON object; with annotations it also
-// looks for the initial-events-end annotation (used on bookmarks).
-func jsonObjectMeta(raw []byte, annotations bool) (objectMeta, error) {
+// jsonObjectMeta reads metadata from a JSON object, and what parts asks
+// for beyond Meta.
+func jsonObjectMeta(raw []byte, parts metaParts) (objectMeta, error) {
 	var m objectMeta
 	err := eachMember(raw, func(key, value []byte) (bool, error) {
 		if !keyIs(key, "metadata") {
@@ -64,7 +90,9 @@ func jsonObjectMeta(raw []byte, annotations bool) (objectMeta, error) {
 				m.ResourceVersion, err = decodeNullableString(value)
 			case keyIs(key, "labels"):
 				m.Labels, err = decodeStringMap(value)
-			case annotations && keyIs(key, "annotations"):
+			case parts&withUID != 0 && keyIs(key, "uid"):
+				m.uid, err = decodeNullableString(value)
+			case parts&withInitialEventsEnd != 0 && keyIs(key, "annotations"):
 				var a map[string]string
 				a, err = decodeStringMap(value)
 				m.initialEventsEnd = a[initialEventsEndAnnotation] == "true"
@@ -108,10 +136,11 @@ func decodeStringMap(v []byte) (map[string]string, error) {
 	return m, err
 }
 
-// protoObjectMeta reads ObjectMeta (field 1) of a protobuf object:
-// name = 1, namespace = 3, resourceVersion = 6, labels = 11,
-// annotations = 12 (map entries {key = 1, value = 2}).
-func protoObjectMeta(raw []byte, annotations bool) (objectMeta, error) {
+// protoObjectMeta reads ObjectMeta (field 1) of a protobuf object, and what
+// parts asks for beyond Meta: name = 1, namespace = 3, uid = 5,
+// resourceVersion = 6, labels = 11, annotations = 12 (map entries
+// {key = 1, value = 2}).
+func protoObjectMeta(raw []byte, parts metaParts) (objectMeta, error) {
 	var m objectMeta
 	var om []byte
 	err := eachField(raw, func(num protowire.Number, typ protowire.Type, v []byte) error {
@@ -132,10 +161,14 @@ func protoObjectMeta(raw []byte, annotations bool) (objectMeta, error) {
 			m.Name = string(v)
 		case 3:
 			m.Namespace = string(v)
+		case 5:
+			if parts&withUID != 0 {
+				m.uid = string(v)
+			}
 		case 6:
 			m.ResourceVersion = string(v)
 		case 11, 12:
-			if num == 12 && !annotations {
+			if num == 12 && parts&withInitialEventsEnd == 0 {
 				return nil
 			}
 			var k, val string

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -47,6 +48,41 @@ func TestExtractMeta(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// ExtractMetaUID reads the same object's uid from every representation,
+// and what ExtractMeta reads besides.
+func TestExtractMetaUID(t *testing.T) {
+	uids := map[string]map[string]string{} // kind: name: uid
+	for _, file := range []string{"pods.json", "pods.pb", "pods-meta.json", "pods-meta.pb", "widgets.json", "widgets-meta.json", "widgets-meta.pb"} {
+		t.Run(file, func(t *testing.T) {
+			kind := strings.SplitN(strings.TrimSuffix(strings.TrimSuffix(file, ".json"), ".pb"), "-", 2)[0]
+			_, items := decodeGolden(t, file)
+			for _, it := range items {
+				want, err := ExtractMeta(formatOf(file), it)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, uid, err := ExtractMetaUID(formatOf(file), it)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("%s: Meta (-ExtractMeta +ExtractMetaUID):\n%s", want.Name, diff)
+				}
+				if uid == "" {
+					t.Errorf("%s: no uid", want.Name)
+				}
+				if uids[kind] == nil {
+					uids[kind] = map[string]string{}
+				}
+				if seen, ok := uids[kind][want.Name]; ok && seen != uid {
+					t.Errorf("%s: uid %q, %q in another representation", want.Name, uid, seen)
+				}
+				uids[kind][want.Name] = uid
 			}
 		})
 	}

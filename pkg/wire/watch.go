@@ -36,6 +36,14 @@ func (t EventType) valid() bool {
 // of a sendInitialEvents=true watch.
 const initialEventsEndAnnotation = "k8s.io/initial-events-end"
 
+// bookmarkParts reads the initial-events-end annotation of bookmarks only.
+func bookmarkParts(t EventType) metaParts {
+	if t == Bookmark {
+		return withInitialEventsEnd
+	}
+	return 0
+}
+
 // Event is one decoded watch event.
 type Event struct {
 	Type EventType
@@ -204,7 +212,7 @@ func (d *WatchDecoder) nextJSON() (Event, error) {
 	if ev.Type == Error {
 		return ev, nil
 	}
-	m, err := jsonObjectMeta(obj, ev.Type == Bookmark)
+	m, err := jsonObjectMeta(obj, bookmarkParts(ev.Type))
 	if err != nil {
 		return Event{}, fmt.Errorf("watch %s object: %w", ev.Type, err)
 	}
@@ -306,7 +314,7 @@ func parseProtoWatchEvent(frame []byte) (Event, error) {
 	if ev.Type == Error {
 		return ev, nil
 	}
-	m, err := protoObjectMeta(u.raw, ev.Type == Bookmark)
+	m, err := protoObjectMeta(u.raw, bookmarkParts(ev.Type))
 	if err != nil {
 		return Event{}, fmt.Errorf("watch %s object: %w", ev.Type, err)
 	}
