@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -180,4 +182,85 @@ func TestWarmStartFromPeerServiceMode(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestWarmStartFromPeerOfAnotherCluster: a peer in front of another cluster
+// (its own etcd and apiserver) holding configmaps of the same names is not
+// trusted, even at a resourceVersion this cluster has passed: the apiserver
+// does not hold the first object of its list (another uid), so the replica
+// counts the peer's list as rejected and lists from its own apiserver, and
+// serves exactly that apiserver's configmaps.
+func TestWarmStartFromPeerOfAnotherCluster(t *testing.T) {
+	const ns, objects = "warm-other", 20
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	other := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cs, otherCS := cp.Clientset(framework.UserAdmin), other.Clientset(framework.UserAdmin)
+	for _, c := range []struct {
+		cp *framework.ControlPlane
+		cs kubernetes.Interface
+		v  string
+	}{{cp, cs, "here"}, {other, otherCS, "there"}} {
+		if err := c.cp.CreateNamespace(ctx, ns, nil); err != nil {
+			t.Fatal(err)
+		}
+		for i := range objects {
+			scaleCreate(ctx, t, c.cs, ns, fmt.Sprintf("same-%02d", i), c.v)
+		}
+	}
+	// This cluster passes the other's resourceVersion, so that a check of
+	// the peer's resourceVersion alone would not tell them apart.
+	otherRV := listRV(ctx, t, otherCS)
+	for v := 0; listRV(ctx, t, cs) <= otherRV; v++ {
+		patch := fmt.Sprintf(`{"data":{"w":"%d"}}`, v)
+		if _, err := cs.CoreV1().ConfigMaps(ns).Patch(ctx, "same-00", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	args := []string{"--resources=configmaps", "--preload=configmaps/json", "--consistency-check-interval=0"}
+	peer := framework.StartListproxy(t, other, append(args, "--etcd-servers="+other.EtcdEndpoint)...)
+	before := apiserverLists(t, cp, "configmaps")
+	replica := framework.StartListproxy(t, cp, append(args, "--etcd-servers="+cp.EtcdEndpoint, "--warm-from="+peer.URL)...)
+	m := framework.Scrape(t, nil, replica.URL+"/metrics")
+	peerLists := func(result string) float64 {
+		return m.Sum("listproxy_snapshot_peer_lists_total", `resource="configmaps"`, `result="`+result+`"`)
+	}
+	if ok, failed, rejected := peerLists("ok"), peerLists("failed"), peerLists("rejected"); ok != 0 || failed != 0 || rejected != 1 {
+		t.Errorf("peer of another cluster: %v stores filled from it, %v failed, %v rejected; want 0, 0 and 1", ok, failed, rejected)
+	}
+	if got := apiserverLists(t, cp, "configmaps") - before; got < 1 {
+		t.Errorf("the replica listed configmaps from its apiserver %d times, want at least once", got)
+	}
+	// The oracle: the replica's preloaded snapshot holds its apiserver's
+	// configmaps.
+	want := configMapValues(t, ctx, cs, ns)
+	cfg := &rest.Config{Host: replica.URL, ContentConfig: rest.ContentConfig{ContentType: "application/json"}}
+	rec := &servedFromRecorder{}
+	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
+		rec.next = rt
+		return rec
+	}
+	got := configMapValues(t, ctx, kubernetes.NewForConfigOrDie(cfg), ns)
+	if served := rec.get(); len(served) != 1 || served[0] != "snapshot" {
+		t.Errorf("LIST served from %q, want snapshot", served)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("configmaps through the replica (-apiserver +replica):\n%s", diff)
+	}
+}
+
+// listRV returns the resourceVersion of a consistent LIST of configmaps.
+func listRV(ctx context.Context, t *testing.T, cs kubernetes.Interface) uint64 {
+	t.Helper()
+	list, err := cs.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rv, err := strconv.ParseUint(list.ResourceVersion, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rv
 }
