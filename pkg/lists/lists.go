@@ -55,8 +55,10 @@ type Config struct {
 	// front of the same apiserver (typically their Service): each store's
 	// first list is read from there, and only its watch from the apiserver
 	// (snapshot.FeederConfig.Warm). A peer that cannot be reached or
-	// cannot answer costs one failed request; the store then lists from
-	// the apiserver.
+	// cannot answer costs one failed request, and a list the apiserver
+	// does not show to be its cluster's (peerSource) one name-scoped
+	// LIST; the store then lists from the apiserver. It carries only what
+	// the peer is to be sent, and redirects are never followed.
 	Peer *rest.Config
 	// Resources selects the cached resources.
 	Resources ResourceFilter

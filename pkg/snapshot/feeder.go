@@ -121,7 +121,8 @@ type FeederConfig struct {
 	// resourceVersion, as Source's list would be (a consistent list of
 	// the same apiserver); the watch that follows is Source's, from that
 	// resourceVersion. When it fails, the first list is read from Source
-	// at once.
+	// at once; a Warm that read a list it cannot show to be Source's fails
+	// with ErrWarmRejected.
 	Warm Lister
 	// OnWarm, when set, is called with the outcome of the list from Warm
 	// (nil: the store was filled from it).
