@@ -128,7 +128,7 @@ func configMapValues(t *testing.T, ctx context.Context, cs kubernetes.Interface,
 
 // TestWarmStartFromPeerServiceMode: in service mode a replica warms over
 // https from a peer it verifies with --warm-from-ca-file, presenting its own
-// upstream credentials, which the peer authenticates and authorizes like
+// upstream bearer token, which the peer authenticates and authorizes like
 // any caller's; it costs the apiserver no LIST. A peer it cannot verify
 // (its self-signed certificate is not signed by the CA given) is never sent
 // a request that succeeds: the replica lists from the apiserver.
