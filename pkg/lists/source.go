@@ -212,7 +212,7 @@ func (s *apiSource) holds(ctx context.Context, obj peerObject, rv string) error 
 	found := false
 	if _, err := wire.DecodeList(s.format, resp.Body, func(raw []byte) error {
 		m, uid, err := wire.ExtractMetaUID(s.format, raw)
-		found = found || (err == nil && m.Namespace == obj.namespace && m.Name == obj.name && uid == obj.uid)
+		found = found || (err == nil && uid != "" && uid == obj.uid && m.Namespace == obj.namespace && m.Name == obj.name)
 		return err
 	}); err != nil {
 		return fmt.Errorf("checking %s/%s with the apiserver: %w", obj.namespace, obj.name, err)
