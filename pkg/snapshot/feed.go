@@ -53,12 +53,21 @@ type Event struct {
 // use.
 type Shared struct {
 	v atomic.Pointer[sharedValue]
+	// bytes, when set, counts the bytes of the stored value (the feed's
+	// frame bytes); set before the event is published.
+	bytes *atomic.Int64
 }
 
 type sharedValue struct {
 	key any
 	val []byte
 }
+
+// droppedKey marks a Shared whose event left the feed: it stores nothing
+// more, so that what readers still make with it is not counted.
+type droppedKey struct{}
+
+var droppedShared = &sharedValue{key: droppedKey{}}
 
 // Load returns the value stored under key, making it with mk when none is
 // stored yet. A key other than the stored one gets mk's value, not stored.
@@ -75,19 +84,40 @@ func (s *Shared) Load(key any, mk func() []byte) []byte {
 		if v := s.v.Load(); v.key == key {
 			return v.val
 		}
+		return val
+	}
+	if s.bytes != nil {
+		s.bytes.Add(int64(len(val)))
 	}
 	return val
+}
+
+// drop releases the stored value and stores nothing more; its bytes are
+// no longer counted.
+func (s *Shared) drop() {
+	if old := s.v.Swap(droppedShared); old != nil && old != droppedShared && s.bytes != nil {
+		s.bytes.Add(-int64(len(old.val)))
+	}
 }
 
 // feed is a store's bounded, in-order history of changes since its last
 // continuity break. The writer appends under Store.mu and never waits for
 // readers; readers are Cursors.
+//
+// It is bounded by count (its ring) and by bytes: the bytes only it holds
+// (see Stats.FeedBytes) are those of the object versions its events
+// superseded before the oldest history snapshot (held by no snapshot), of
+// deleted objects as the apiserver sent them, and of the frames readers
+// shared through its events. Beyond either bound the oldest events are
+// dropped, the newest is always kept.
 type feed struct {
 	// mu guards every field below. Readers hold it only to copy events out.
 	mu sync.RWMutex
 	// ring holds the last len(ring) events; seq numbers events from 0 since
 	// the store was created, and event seq lives at ring[seq%len(ring)].
 	ring []Event
+	// sizes[i] is what ring[i] holds beyond the live snapshot.
+	sizes []eventSize
 	// next is the seq of the next event to append; first the oldest kept.
 	next, first uint64
 	// since: every change with an RV above it is in the ring (from first).
@@ -96,17 +126,38 @@ type feed struct {
 	gen uint64
 	// open is false until the first Replace and after Unsync or Stop.
 	open bool
+	// uncovered is the first seq whose superseded version history may
+	// still hold; superseded counts the bytes of those before it (from
+	// first), owned the bytes of every kept event's own object.
+	uncovered         uint64
+	superseded, owned int64
+	frames            atomic.Int64
+	// swept is next when the feed last asked for every namespace to be
+	// woken (see bound).
+	swept uint64
+}
+
+// eventSize is what an event holds beyond the live snapshot.
+type eventSize struct {
+	// superseded: the bytes of the version it replaced or deleted (with
+	// the packed array that version alone keeps, and its gzip chunks);
+	// history holds them too while it holds the state before the event.
+	superseded int64
+	// owned: the bytes of a deleted object as the apiserver sent it, which
+	// no snapshot holds.
+	owned int64
 }
 
 func newFeed(capacity int) *feed {
 	if capacity <= 0 {
 		capacity = DefaultEventHistory
 	}
-	return &feed{ring: make([]Event, capacity)}
+	return &feed{ring: make([]Event, capacity), sizes: make([]eventSize, capacity)}
 }
 
-// append adds ev; the caller holds Store.mu.
-func (f *feed) append(ev Event) {
+// append adds ev, which holds size beyond the live snapshot; the caller
+// holds Store.mu and bounds the feed's bytes next (bound).
+func (f *feed) append(ev Event, size eventSize) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.open {
@@ -115,20 +166,99 @@ func (f *feed) append(ev Event) {
 	n := uint64(len(f.ring))
 	if f.next-f.first == n {
 		// The oldest is dropped: changes after it are still all kept.
-		f.since = f.ring[f.first%n].RV
-		f.ring[f.first%n] = Event{}
-		f.first++
+		f.evictLocked()
+	}
+	if ev.Shared != nil {
+		ev.Shared.bytes = &f.frames
 	}
 	f.ring[f.next%n] = ev
+	f.sizes[f.next%n] = size
+	f.owned += size.owned
 	f.next++
+}
+
+// bound notes that history holds no state before oldestRV (the RV of its
+// oldest snapshot), then drops the oldest events while the feed holds more
+// than maxBytes (none when maxBytes <= 0), keeping the newest. It reports
+// whether every namespace should be woken (Store.ChangedIn): a watcher of
+// one namespace sleeps through other namespaces' changes, and must read
+// before the events after its position are dropped. It is woken when the
+// feed holds half its bytes and a quarter of the events held when it was
+// last woken were dropped since, as the count bound's sweep does (see
+// nsWaker); a change or a trim of history that alone adds more than half
+// the bound may still overrun it (ErrFeedOverrun), as any cursor that
+// many bytes behind.
+func (f *feed) bound(oldestRV uint64, maxBytes int64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.open {
+		return false
+	}
+	n := uint64(len(f.ring))
+	// The version an event at rv superseded is in history while history
+	// holds a state before rv.
+	for ; f.uncovered < f.next && f.ring[f.uncovered%n].RV <= oldestRV; f.uncovered++ {
+		f.superseded += f.sizes[f.uncovered%n].superseded
+	}
+	if maxBytes <= 0 {
+		return false
+	}
+	for f.next-f.first > 1 && f.bytesLocked() > maxBytes {
+		f.evictLocked()
+	}
+	if 2*f.bytesLocked() < maxBytes {
+		return false
+	}
+	if f.swept >= f.first && 4*(f.swept-f.first) > 3*(f.next-f.first) {
+		return false
+	}
+	f.swept = f.next
+	return true
+}
+
+// evictLocked drops the oldest event.
+func (f *feed) evictLocked() {
+	i := f.first % uint64(len(f.ring))
+	ev := f.ring[i]
+	f.since = ev.RV
+	if f.first < f.uncovered {
+		f.superseded -= f.sizes[i].superseded
+	}
+	f.owned -= f.sizes[i].owned
+	if ev.Shared != nil {
+		ev.Shared.drop()
+	}
+	f.ring[i], f.sizes[i] = Event{}, eventSize{}
+	f.first++
+	f.uncovered = max(f.uncovered, f.first)
+}
+
+// bytesLocked returns the bytes only the feed holds.
+func (f *feed) bytesLocked() int64 {
+	return f.superseded + f.owned + f.frames.Load()
+}
+
+// bytes returns the bytes only the feed holds.
+func (f *feed) bytes() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.bytesLocked()
 }
 
 // reset starts a new continuity at rv (open) or closes the feed.
 func (f *feed) reset(rv uint64, open bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for seq := f.first; seq < f.next; seq++ {
+		if sh := f.ring[seq%uint64(len(f.ring))].Shared; sh != nil {
+			sh.drop()
+		}
+	}
 	clear(f.ring)
+	clear(f.sizes)
 	f.first = f.next
+	f.uncovered, f.swept = f.next, f.next
+	f.superseded, f.owned = 0, 0
 	f.since = rv
 	f.gen++
 	f.open = open

@@ -3,7 +3,9 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -188,5 +190,32 @@ func TestEventShared(t *testing.T) {
 	}
 	if got := evs[0][0].Shared.Load("k", mk("again")); string(got) != "first" || made != 2 {
 		t.Errorf("Load = %q after %d makes, want first after 2", got, made)
+	}
+}
+
+// TestFeedBoundedByBytes: the feed keeps no more superseded object bytes
+// than its byte bound, however few changes that is. One 256 KiB object
+// updated 1,024 times once kept every version, a quarter of a GiB, while
+// history reported its 4 MiB.
+func TestFeedBoundedByBytes(t *testing.T) {
+	const size, updates = 256 << 10, 1024
+	big := func(rv uint64) *Entry {
+		e := entry("a", "big", rv, "")
+		e.Raw = make([]byte, size)
+		return e
+	}
+	// The bounds lists gives every store.
+	s := NewStore(StoreConfig{History: 150 * time.Second, HistoryMaxBytes: 1 << 30, HistoryMaxRatio: 0.1})
+	s.Replace([]*Entry{big(1)}, 1)
+	before := heapInUse()
+	for rv := uint64(2); rv <= updates+1; rv++ {
+		s.Apply(Change{Entry: big(rv)}, rv)
+	}
+	retained := int64(heapInUse()) - int64(before)
+	runtime.KeepAlive(s)
+	// History and the feed may each hold the bound (4 MiB here); the slack
+	// is for the trees and events.
+	if limit := int64(3 * HistoryMinBytes); retained > limit {
+		t.Errorf("after %d updates of a %d-byte object the heap grew by %d bytes, want at most %d", updates, size, retained, limit)
 	}
 }

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/listproxy/listproxy/pkg/gzstitch"
@@ -39,6 +40,52 @@ type GzipItem struct {
 // gzipCache is the one mutable part of an Entry: a GzipItem per use.
 type gzipCache struct {
 	items [gzipUses]atomic.Pointer[GzipItem]
+	// mu serialises setting chunks with attach and detach, so that owner
+	// counts every chunk cached while the entry is attached exactly once.
+	mu sync.Mutex
+	// owner, when set, counts the compressed bytes of the chunks (the
+	// store's Stats.GzipBytes while the entry is in its latest snapshot).
+	owner *atomic.Int64
+}
+
+// chunkBytesLocked returns the compressed bytes of the cached chunks.
+func (c *gzipCache) chunkBytesLocked() int64 {
+	var n int64
+	for i := range c.items {
+		if it := c.items[i].Load(); it != nil {
+			n += int64(it.Chunk.Len())
+		}
+	}
+	return n
+}
+
+// attach counts the chunks in owner from now on.
+func (c *gzipCache) attach(owner *atomic.Int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.owner == owner {
+		return
+	}
+	n := c.chunkBytesLocked()
+	if c.owner != nil {
+		c.owner.Add(-n)
+	}
+	c.owner = owner
+	owner.Add(n)
+}
+
+// detach stops counting the chunks and returns their bytes; 0 when they
+// were not counted.
+func (c *gzipCache) detach() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.owner == nil {
+		return 0
+	}
+	n := c.chunkBytesLocked()
+	c.owner.Add(-n)
+	c.owner = nil
+	return n
 }
 
 // lastGzipID is the last GzipItem.ID handed out.
@@ -66,6 +113,8 @@ func (e *Entry) GzipCached(u GzipUse) *GzipItem {
 // in place of any earlier chunk; e keeps its ID. Safe for concurrent use:
 // the last call wins.
 func (e *Entry) SetGzipChunk(u GzipUse, c gzstitch.Chunk, after []uint64) {
+	e.gzip.mu.Lock()
+	defer e.gzip.mu.Unlock()
 	p := &e.gzip.items[u]
 	for {
 		old := p.Load()
@@ -76,6 +125,13 @@ func (e *Entry) SetGzipChunk(u GzipUse, c gzstitch.Chunk, after []uint64) {
 			id = lastGzipID.Add(1)
 		}
 		if p.CompareAndSwap(old, &GzipItem{ID: id, Chunk: c, After: after}) {
+			if e.gzip.owner != nil {
+				delta := int64(c.Len())
+				if old != nil {
+					delta -= int64(old.Chunk.Len())
+				}
+				e.gzip.owner.Add(delta)
+			}
 			return
 		}
 	}

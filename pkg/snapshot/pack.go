@@ -118,7 +118,9 @@ func (s *Store) supersededLocked(prev *Entry) int64 {
 	}
 	moved := s.packEntries(live)
 	for _, e := range live {
-		s.objects.ReplaceOrInsert(e)
+		old, _ := s.objects.ReplaceOrInsert(e)
+		moved += old.gzip.detach() // older snapshots keep its chunks
+		e.gzip.attach(s.gzipBytes)
 	}
 	return moved
 }

@@ -77,6 +77,14 @@ type StoreConfig struct {
 	// EventHistory is how many recent changes the store keeps for
 	// watchers (Subscribe); 0 selects DefaultEventHistory.
 	EventHistory int
+	// FeedMaxBytes bounds the bytes only those changes hold (see
+	// Stats.FeedBytes): beyond it the oldest are dropped, as beyond
+	// EventHistory, down to the newest one. 0 selects the history's bound
+	// in force (HistoryMaxBytes and HistoryMaxRatio), so that the feed may
+	// hold as many superseded bytes as history and a store at most twice
+	// that beyond its live objects; not measured. Negative means no byte
+	// bound, as does 0 when history has none.
+	FeedMaxBytes int64
 	// OnPublish, when set, is called (without locks held) after every
 	// published view, e.g. to update metrics.
 	OnPublish func(Stats)
@@ -96,7 +104,20 @@ type Stats struct {
 	// HistoryMaxBytes is the byte bound on history now (the tighter of
 	// HistoryMaxBytes and HistoryMaxRatio); 0 is no bound.
 	HistoryMaxBytes int64
-	RV              uint64
+	// FeedBytes is what the feed of recent changes alone holds: the bytes
+	// of the object versions its changes superseded that no history
+	// snapshot holds any more (with the packed arrays and gzip chunks only
+	// they keep, as history counts them), of deleted objects as the
+	// apiserver sent them, and of the watch frames shared through its
+	// events. Pins may hold some of the same versions.
+	FeedBytes int64
+	// FeedMaxBytes is the byte bound on FeedBytes now; 0 is no bound.
+	FeedMaxBytes int64
+	// GzipBytes is the compressed bytes of the gzip chunks cached on the
+	// latest snapshot's objects (see Entry.Gzip). A replaced or deleted
+	// object's chunks count as history from then on.
+	GzipBytes int64
+	RV        uint64
 }
 
 // view is what readers see; it is immutable once published.
@@ -134,6 +155,10 @@ type Store struct {
 	counts  *btree.BTreeG[nsCount]
 	index   *btree.BTreeG[indexItem]
 	bytes   int64
+	// gzipBytes counts the gzip chunks of the objects tree's entries; a
+	// new one per Replace (the old list's entries keep counting in the
+	// old one).
+	gzipBytes *atomic.Int64
 	// supersededAt[i] and freed[i] belong to current.history[i]: when it was
 	// superseded and how many object bytes only it (and older ones) hold.
 	supersededAt []time.Time
@@ -174,6 +199,7 @@ func (s *Store) resetTreesLocked() {
 		s.index = btree.NewG(btreeDegree, lessIndex)
 	}
 	s.bytes = 0
+	s.gzipBytes = new(atomic.Int64)
 }
 
 func (s *Store) snapshotLocked(rv uint64) *Snapshot {
@@ -227,9 +253,11 @@ func (s *Store) Changed() <-chan struct{} { return s.current.Load().next }
 
 // ChangedIn returns a channel closed when a change to an object of
 // namespace ns is in the feed, when the feed breaks continuity or closes,
-// and at least once per quarter of the feed's capacity of changes to other
-// namespaces, so that a cursor waiting on it is never overrun by changes it
-// does not watch. Progress alone (bookmarks) does not close it. Take it
+// at least once per quarter of the feed's capacity of changes to other
+// namespaces, and, once the feed holds half its byte bound, whenever it
+// dropped a quarter of the changes it held at the last such wake, so that a
+// cursor waiting on it is not overrun by changes it does not watch; one
+// change that alone fills half the byte bound may still overrun it. Progress alone (bookmarks) does not close it. Take it
 // before Cursor.Read, as Changed.
 func (s *Store) ChangedIn(ns string) <-chan struct{} { return s.wake.changedIn(ns) }
 
@@ -343,6 +371,7 @@ func (s *Store) Compact(rev uint64) {
 		return
 	}
 	history := s.dropHistoryLocked(old.history, drop)
+	s.boundFeedLocked(history)
 	s.publishLocked(&view{latest: old.latest, progress: old.progress, history: history, synced: old.synced})
 }
 
@@ -462,25 +491,29 @@ func (s *Store) Replace(entries []*Entry, rv uint64) {
 func (s *Store) Apply(c Change, rv uint64) {
 	s.mu.Lock()
 	old := s.current.Load()
-	// Each snapshot also holds the tree nodes the change copied.
-	freed := int64(snapshotOverheadBytes)
 	ev := Event{Type: Added, RV: rv, Object: c.Entry, At: s.clock.Now(), Shared: &Shared{}}
+	// size is what the change leaves held only by older snapshots and the
+	// feed: the version it superseded, with what that alone keeps.
+	var size eventSize
 	if c.Deleted {
 		ev.Type = Deleted
+		size.owned = int64(len(c.Entry.Raw))
 		if prev, ok := s.deleteLocked(c.Entry.Key); ok {
-			freed += int64(len(prev.Raw)) + s.supersededLocked(prev)
+			size.superseded = s.supersededBytesLocked(prev)
 			ev.Prev = prev
 		}
 	} else if prev, ok := s.upsertLocked(c.Entry); ok {
-		freed += int64(len(prev.Raw)) + s.supersededLocked(prev)
+		size.superseded = s.supersededBytesLocked(prev)
 		ev.Type, ev.Prev = Modified, prev
 	}
-	s.feed.append(ev)
+	s.feed.append(ev, size)
 	ns := c.Entry.Namespace
 	if ns == "" && ev.Prev != nil {
 		ns = ev.Prev.Namespace // a deletion known by its key
 	}
 	s.wake.changed(ns)
+	// Each snapshot also holds the tree nodes the change copied.
+	freed := snapshotOverheadBytes + size.superseded
 	s.freedTotal += freed
 	snap := s.snapshotLocked(rv)
 	// Appending to old.history rather than to a copy is intentional: views
@@ -492,6 +525,7 @@ func (s *Store) Apply(c Change, rv uint64) {
 	s.freed = append(s.freed, freed)
 	s.historyBytes += freed
 	history = s.trimHistoryLocked(history)
+	s.boundFeedLocked(history)
 	s.expirePinsLocked()
 	s.boundPinsLocked(history)
 	s.publishLocked(&view{latest: snap, progress: max(rv, old.progress), history: history, synced: old.synced})
@@ -574,6 +608,33 @@ func (s *Store) dropHistoryLocked(history []*Snapshot, n int) []*Snapshot {
 	return slices.Clone(history[n:])
 }
 
+// supersededBytesLocked returns the bytes prev, an entry of the latest
+// snapshot replaced or deleted in the writer's tree, leaves to older
+// snapshots and the feed: its own, the rest of its packed array when that
+// is moved, and its gzip chunks.
+func (s *Store) supersededBytesLocked(prev *Entry) int64 {
+	return int64(len(prev.Raw)) + s.supersededLocked(prev) + prev.gzip.detach()
+}
+
+// boundFeedLocked bounds the feed's bytes, history being history, and wakes
+// every namespace's watchers when the feed may drop what they have not read.
+func (s *Store) boundFeedLocked(history []*Snapshot) {
+	if s.feed.bound(history[0].rv, s.feedMaxBytesLocked()) {
+		s.wake.wakeAll()
+	}
+}
+
+// feedMaxBytesLocked is the byte bound on the feed now; 0 is no bound.
+func (s *Store) feedMaxBytesLocked() int64 {
+	switch {
+	case s.cfg.FeedMaxBytes > 0:
+		return s.cfg.FeedMaxBytes
+	case s.cfg.FeedMaxBytes < 0:
+		return 0
+	}
+	return s.historyMaxBytesLocked()
+}
+
 // historyMaxBytesLocked is the byte bound on history now: the tighter of
 // HistoryMaxBytes and HistoryMaxRatio (with its floor); 0 is no bound.
 func (s *Store) historyMaxBytesLocked() int64 {
@@ -602,7 +663,12 @@ func (s *Store) publishLocked(v *view) {
 	old := s.current.Swap(v)
 	close(old.next)
 	if s.cfg.OnPublish != nil {
-		stats := Stats{Objects: v.latest.Len(), Bytes: v.latest.bytes, HistoryDepth: len(v.history) - 1, HistoryBytes: s.historyBytes, HistoryMaxBytes: s.historyMaxBytesLocked(), RV: v.progress}
+		stats := Stats{
+			Objects: v.latest.Len(), Bytes: v.latest.bytes,
+			HistoryDepth: len(v.history) - 1, HistoryBytes: s.historyBytes, HistoryMaxBytes: s.historyMaxBytesLocked(),
+			FeedBytes: s.feed.bytes(), FeedMaxBytes: s.feedMaxBytesLocked(), GzipBytes: s.gzipBytes.Load(),
+			RV: v.progress,
+		}
 		// OnPublish must not call back into the store; it runs under mu so
 		// that metrics follow publication order.
 		s.cfg.OnPublish(stats)
@@ -616,6 +682,7 @@ func (s *Store) upsertLocked(e *Entry) (*Entry, bool) {
 	} else {
 		s.addCountLocked(e.Namespace, 1)
 	}
+	e.gzip.attach(s.gzipBytes)
 	s.bytes += int64(len(e.Raw))
 	if s.index != nil {
 		value := e.Fields.Get(s.cfg.IndexField)
