@@ -205,7 +205,8 @@ func TestFeedBoundedByBytes(t *testing.T) {
 		return e
 	}
 	// The bounds lists gives every store.
-	s := NewStore(StoreConfig{History: 150 * time.Second, HistoryMaxBytes: 1 << 30, HistoryMaxRatio: 0.1})
+	var got Stats
+	s := NewStore(StoreConfig{History: 150 * time.Second, HistoryMaxBytes: 1 << 30, HistoryMaxRatio: 0.1, OnPublish: func(st Stats) { got = st }})
 	s.Replace([]*Entry{big(1)}, 1)
 	before := heapInUse()
 	for rv := uint64(2); rv <= updates+1; rv++ {
@@ -217,5 +218,211 @@ func TestFeedBoundedByBytes(t *testing.T) {
 	// is for the trees and events.
 	if limit := int64(3 * HistoryMinBytes); retained > limit {
 		t.Errorf("after %d updates of a %d-byte object the heap grew by %d bytes, want at most %d", updates, size, retained, limit)
+	}
+	if got.FeedMaxBytes != HistoryMinBytes || got.FeedBytes > got.FeedMaxBytes || got.FeedBytes < got.FeedMaxBytes-size {
+		t.Errorf("FeedBytes %d, FeedMaxBytes %d; want the bound %d, held to within one version", got.FeedBytes, got.FeedMaxBytes, HistoryMinBytes)
+	}
+	if got.HistoryBytes > got.HistoryMaxBytes {
+		t.Errorf("HistoryBytes %d over HistoryMaxBytes %d", got.HistoryBytes, got.HistoryMaxBytes)
+	}
+	// What the stats count is what is held.
+	if counted := got.Bytes + got.HistoryBytes + got.FeedBytes; retained > counted+HistoryMinBytes {
+		t.Errorf("heap grew by %d bytes, the stats count %d", retained, counted)
+	}
+}
+
+// sizedEntry is entry with size bytes of Raw.
+func sizedEntry(ns, name string, rv uint64, size int) *Entry {
+	e := entry(ns, name, rv, "")
+	e.Raw = make([]byte, size)
+	return e
+}
+
+// TestFeedBytes: the feed counts what only it holds: versions superseded
+// before history's oldest snapshot, deleted objects as sent, and shared
+// frames while their events are kept.
+func TestFeedBytes(t *testing.T) {
+	tests := []struct {
+		name    string
+		history time.Duration
+		apply   func(s *Store)
+		want    int64
+	}{
+		{
+			name:    "history_holds_every_superseded_version",
+			history: time.Hour,
+			apply: func(s *Store) {
+				s.Apply(Change{Entry: sizedEntry("a", "p1", 11, 100)}, 11)
+				s.Apply(Change{Entry: sizedEntry("a", "p1", 12, 100)}, 12)
+			},
+			want: 0,
+		},
+		{
+			name: "no_history",
+			apply: func(s *Store) {
+				s.Apply(Change{Entry: sizedEntry("a", "p1", 11, 100)}, 11) // supersedes the listed 1000
+				s.Apply(Change{Entry: sizedEntry("a", "p1", 12, 100)}, 12)
+			},
+			want: 1000 + 100,
+		},
+		{
+			name:    "deleted_object_as_sent",
+			history: time.Hour,
+			apply: func(s *Store) {
+				s.Apply(Change{Deleted: true, Entry: sizedEntry("a", "p1", 11, 10)}, 11)
+			},
+			want: 10,
+		},
+		{
+			name: "deleted_without_history",
+			apply: func(s *Store) {
+				s.Apply(Change{Deleted: true, Entry: sizedEntry("a", "p1", 11, 10)}, 11)
+			},
+			want: 1000 + 10,
+		},
+		{
+			name: "count_bound_drops_the_oldest",
+			apply: func(s *Store) {
+				for rv := uint64(11); rv <= 14; rv++ { // each supersedes the one before
+					s.Apply(Change{Entry: sizedEntry("a", "p1", rv, int(rv))}, rv)
+				}
+			},
+			want: 11 + 12 + 13, // the last 3; 1000 was dropped with the first
+		},
+		{
+			name: "relist_drops_everything",
+			apply: func(s *Store) {
+				s.Apply(Change{Entry: sizedEntry("a", "p1", 11, 100)}, 11)
+				s.Replace([]*Entry{sizedEntry("a", "p1", 12, 100)}, 12)
+			},
+			want: 0,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got Stats
+			s := NewStore(StoreConfig{History: tc.history, EventHistory: 3, OnPublish: func(st Stats) { got = st }})
+			s.Replace([]*Entry{sizedEntry("a", "p1", 1, 1000)}, 10)
+			tc.apply(s)
+			if got.FeedBytes != tc.want {
+				t.Errorf("FeedBytes = %d, want %d", got.FeedBytes, tc.want)
+			}
+		})
+	}
+}
+
+// TestFeedFrameBytes: frames shared through events count while their
+// events are kept, and a frame made for an event already dropped is not
+// stored.
+func TestFeedFrameBytes(t *testing.T) {
+	s := NewStore(StoreConfig{History: time.Hour, EventHistory: 2})
+	s.Replace(nil, 10)
+	s.Apply(Change{Entry: entry("a", "p1", 11, "")}, 11)
+	c, err := s.Subscribe(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := c.Read(nil)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("Read = %v, %v", feedEvents(evs), err)
+	}
+	evs[0].Shared.Load("k", func() []byte { return make([]byte, 500) })
+	if got := s.feed.bytes(); got != 500 {
+		t.Errorf("with a frame: %d bytes, want 500", got)
+	}
+	for rv := uint64(12); rv <= 13; rv++ {
+		s.Apply(Change{Entry: entry("a", "p2", rv, "")}, rv)
+	}
+	if got := s.feed.bytes(); got != 0 {
+		t.Errorf("after its event was dropped: %d bytes, want 0", got)
+	}
+	if got := evs[0].Shared.Load("k", func() []byte { return []byte("late") }); string(got) != "late" {
+		t.Errorf("Load after the drop = %q, want a value made for the reader", got)
+	}
+	if got := s.feed.bytes(); got != 0 {
+		t.Errorf("after a late Load: %d bytes, want 0", got)
+	}
+}
+
+// TestFeedByteBoundOverruns: a cursor behind what the byte bound dropped is
+// overrun and a subscription from before it is not retained, never a gap;
+// a cursor that read everything survives even a change larger than the
+// bound.
+func TestFeedByteBoundOverruns(t *testing.T) {
+	s := NewStore(StoreConfig{FeedMaxBytes: 350})
+	s.Replace([]*Entry{sizedEntry("a", "p1", 1, 100)}, 10)
+	behind, err := s.Subscribe(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rv := uint64(11); rv <= 15; rv++ {
+		s.Apply(Change{Entry: sizedEntry("a", "p1", rv, 100)}, rv)
+	}
+	if got := s.feed.bytes(); got > 350 {
+		t.Errorf("the feed holds %d bytes, over its bound of 350", got)
+	}
+	if _, err := behind.Read(nil); !errors.Is(err, ErrFeedOverrun) {
+		t.Errorf("Read behind the dropped changes = %v, want ErrFeedOverrun", err)
+	}
+	if _, err := s.Subscribe(10); !errors.Is(err, ErrNotRetained) {
+		t.Errorf("Subscribe(10) = %v, want ErrNotRetained", err)
+	}
+	kept, err := s.Subscribe(12)
+	if err != nil {
+		t.Fatalf("Subscribe(12) = %v, want the kept changes", err)
+	}
+	if evs, err := kept.Read(nil); err != nil || len(evs) != 3 {
+		t.Errorf("Read from 12 = %v, %v; want 13 to 15", feedEvents(evs), err)
+	}
+
+	s.Apply(Change{Entry: sizedEntry("a", "p1", 16, 1000)}, 16)
+	if _, err := kept.Read(nil); err != nil {
+		t.Fatal(err)
+	}
+	s.Apply(Change{Entry: sizedEntry("a", "p1", 17, 100)}, 17) // supersedes 1000 bytes
+	evs, err := kept.Read(nil)
+	if err != nil {
+		t.Fatalf("a cursor at the newest change: Read = %v after one over the bound", err)
+	}
+	if diff := cmp.Diff([]string{"MODIFIED a/p1@17 prev@16"}, feedEvents(evs)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestChangedInByteBound: a watcher of one namespace sleeping through other
+// namespaces' changes is woken before the byte bound drops the changes it
+// has not read, well before a quarter of the count bound, and not on every
+// change.
+func TestChangedInByteBound(t *testing.T) {
+	const size, changes = 100, 200
+	s := NewStore(StoreConfig{FeedMaxBytes: 20 * size}) // about 20 changes
+	s.Replace([]*Entry{sizedEntry("b", "p1", 1, size)}, 10)
+	cur, err := s.Subscribe(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, wakes := s.ChangedIn("a"), 0
+	for rv := uint64(11); rv < 11+changes; rv++ {
+		s.Apply(Change{Entry: sizedEntry("b", "p1", rv, size)}, rv)
+		if !closed(wake) {
+			continue
+		}
+		wakes++
+		wake = s.ChangedIn("a")
+		for {
+			evs, err := cur.Read(nil)
+			if err != nil {
+				t.Fatalf("after rv %d: Read = %v", rv, err)
+			}
+			if len(evs) == 0 {
+				break
+			}
+		}
+	}
+	if _, err := cur.Read(nil); err != nil {
+		t.Fatalf("Read = %v", err)
+	}
+	if wakes == 0 || wakes > changes/4 {
+		t.Errorf("woken %d times in %d changes, want some but at most one in four", wakes, changes)
 	}
 }
