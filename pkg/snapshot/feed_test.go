@@ -426,3 +426,30 @@ func TestChangedInByteBound(t *testing.T) {
 		t.Errorf("woken %d times in %d changes, want some but at most one in four", wakes, changes)
 	}
 }
+
+// TestStatsFeedMaxBytes: the feed's byte bound is FeedMaxBytes, else the
+// history's bound in force; negative is none.
+func TestStatsFeedMaxBytes(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  StoreConfig
+		want int64
+	}{
+		{name: "none", cfg: StoreConfig{}, want: 0},
+		{name: "own", cfg: StoreConfig{FeedMaxBytes: 1 << 20, HistoryMaxBytes: 5 << 20}, want: 1 << 20},
+		{name: "history_bytes", cfg: StoreConfig{HistoryMaxBytes: 5 << 20}, want: 5 << 20},
+		{name: "history_ratio_floor", cfg: StoreConfig{HistoryMaxRatio: 0.1}, want: HistoryMinBytes},
+		{name: "negative_is_none", cfg: StoreConfig{FeedMaxBytes: -1, HistoryMaxBytes: 5 << 20}, want: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got Stats
+			tc.cfg.OnPublish = func(s Stats) { got = s }
+			s := NewStore(tc.cfg)
+			s.Replace([]*Entry{entry("a", "p1", 1, "")}, 10)
+			if got.FeedMaxBytes != tc.want {
+				t.Errorf("FeedMaxBytes = %d, want %d", got.FeedMaxBytes, tc.want)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package snapshot
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/listproxy/listproxy/pkg/gzstitch"
 )
@@ -61,5 +62,81 @@ func TestEntryGzipConcurrent(t *testing.T) {
 				t.Fatalf("concurrent callers saw IDs %v, want one", ids)
 			}
 		}
+	}
+}
+
+// TestStoreGzipBytes: a store counts the chunks cached on its latest
+// snapshot's objects; a replaced object's chunks count as history, and
+// chunks cached on it afterwards (by readers of older snapshots) nowhere.
+func TestStoreGzipBytes(t *testing.T) {
+	comp, err := gzstitch.NewCompressor(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := comp.Compress(make([]byte, 1000))
+	n := int64(chunk.Len())
+	var got Stats
+	s := NewStore(StoreConfig{History: time.Hour, OnPublish: func(st Stats) { got = st }})
+	p1, p2 := entry("a", "p1", 1, ""), entry("a", "p2", 2, "")
+	s.Replace([]*Entry{p1, p2}, 10)
+	p1.SetGzipChunk(GzipListItem, chunk, nil)
+	p1.SetGzipChunk(GzipWatchAdded, chunk, nil)
+	p2.SetGzipChunk(GzipListItem, chunk, nil)
+	p2.SetGzipChunk(GzipListItem, chunk, nil) // replaces the first
+	s.MarkProgress(11)
+	if want := 3 * n; got.GzipBytes != want {
+		t.Errorf("GzipBytes = %d, want %d", got.GzipBytes, want)
+	}
+
+	history := got.HistoryBytes
+	s.Apply(Change{Entry: entry("a", "p1", 12, "")}, 12)
+	if got.GzipBytes != n {
+		t.Errorf("after p1 was replaced: GzipBytes = %d, want %d", got.GzipBytes, n)
+	}
+	if want := history + snapshotOverheadBytes + int64(len(p1.Raw)) + 2*n; got.HistoryBytes != want {
+		t.Errorf("HistoryBytes = %d, want %d (with p1's chunks)", got.HistoryBytes, want)
+	}
+	p1.SetGzipChunk(GzipListItem, comp.Compress(make([]byte, 5000)), nil)
+	s.MarkProgress(13)
+	if got.GzipBytes != n {
+		t.Errorf("after a chunk was cached on the replaced p1: GzipBytes = %d, want %d", got.GzipBytes, n)
+	}
+
+	s.Replace([]*Entry{entry("a", "p3", 3, "")}, 20)
+	p2.SetGzipChunk(GzipWatchAdded, chunk, nil)
+	s.MarkProgress(21)
+	if got.GzipBytes != 0 {
+		t.Errorf("after a relist: GzipBytes = %d, want 0", got.GzipBytes)
+	}
+}
+
+// TestStoreGzipBytesConcurrent: chunks cached while their objects are
+// replaced are counted exactly once, or not at all once replaced.
+func TestStoreGzipBytesConcurrent(t *testing.T) {
+	comp, err := gzstitch.NewCompressor(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := comp.Compress([]byte("item"))
+	s := NewStore(StoreConfig{})
+	s.Replace([]*Entry{entry("a", "p0", 1, "")}, 10)
+	var wg sync.WaitGroup
+	for rv := uint64(11); rv < 211; rv++ {
+		e := entry("a", "p0", rv, "")
+		s.Apply(Change{Entry: e}, rv)
+		wg.Go(func() { e.SetGzipChunk(GzipListItem, chunk, nil) })
+	}
+	wg.Wait()
+	live, _, err := s.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, _ := live.Get("a/p0")
+	want := int64(0)
+	if it := e.GzipCached(GzipListItem); it != nil {
+		want = int64(it.Chunk.Len())
+	}
+	if got := s.gzipBytes.Load(); got != want {
+		t.Errorf("gzip bytes = %d, want %d (the live object's chunk)", got, want)
 	}
 }
