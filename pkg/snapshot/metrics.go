@@ -16,6 +16,9 @@ type Metrics struct {
 	historyDepth  *prometheus.GaugeVec
 	historyBytes  *prometheus.GaugeVec
 	historyMax    *prometheus.GaugeVec
+	feedBytes     *prometheus.GaugeVec
+	feedMax       *prometheus.GaugeVec
+	gzipBytes     *prometheus.GaugeVec
 	rv            *prometheus.GaugeVec
 	relists       *prometheus.CounterVec
 	peerLists     *prometheus.CounterVec
@@ -36,6 +39,9 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		historyDepth: gauge("history_depth", "Superseded snapshots retained for exact and continued reads."),
 		historyBytes: gauge("history_bytes", "Encoded bytes held only by retained history snapshots."),
 		historyMax:   gauge("history_max_bytes", "The bound on history_bytes now: the tighter of the byte and ratio bounds; 0 is none."),
+		feedBytes:    gauge("feed_bytes", "Bytes held only by the feed of recent changes for watchers: superseded objects no history snapshot holds, deleted objects, shared watch frames."),
+		feedMax:      gauge("feed_max_bytes", "The bound on feed_bytes now (the history's bound); 0 is none."),
+		gzipBytes:    gauge("gzip_bytes", "Compressed bytes of the gzip chunks cached on the objects of the latest snapshot."),
 		rv:           gauge("resource_version", "resourceVersion up to which the store has every change."),
 		relists: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "snapshot", Name: "relists_total",
 			Help: "Complete lists that (re)filled a store."}, labels),
@@ -46,7 +52,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		watchHealthy: gauge("watch_healthy", "1 while the store's watch is open (the store follows the apiserver), 0 while it lists, relists or reconnects."),
 		lastProgress: gauge("last_progress_timestamp_seconds", "Unix time of the store's last complete list, watch event or bookmark."),
 	}
-	for _, c := range []prometheus.Collector{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.historyMax, m.rv, m.relists, m.peerLists, m.watchRestarts, m.watchHealthy, m.lastProgress} {
+	for _, c := range []prometheus.Collector{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.historyMax, m.feedBytes, m.feedMax, m.gzipBytes, m.rv, m.relists, m.peerLists, m.watchRestarts, m.watchHealthy, m.lastProgress} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register snapshot metrics: %w", err)
 		}
@@ -72,6 +78,8 @@ func (m *Metrics) For(resource, format string) StoreObservers {
 	objects, bytes := m.objects.WithLabelValues(resource, format), m.bytes.WithLabelValues(resource, format)
 	depth, hbytes := m.historyDepth.WithLabelValues(resource, format), m.historyBytes.WithLabelValues(resource, format)
 	hmax := m.historyMax.WithLabelValues(resource, format)
+	fbytes, fmax := m.feedBytes.WithLabelValues(resource, format), m.feedMax.WithLabelValues(resource, format)
+	gzbytes := m.gzipBytes.WithLabelValues(resource, format)
 	rv, relists := m.rv.WithLabelValues(resource, format), m.relists.WithLabelValues(resource, format)
 	for _, reason := range RestartReasons {
 		m.watchRestarts.WithLabelValues(resource, format, reason) // export zeros, so rates start at 0
@@ -85,6 +93,9 @@ func (m *Metrics) For(resource, format string) StoreObservers {
 			depth.Set(float64(s.HistoryDepth))
 			hbytes.Set(float64(s.HistoryBytes))
 			hmax.Set(float64(s.HistoryMaxBytes))
+			fbytes.Set(float64(s.FeedBytes))
+			fmax.Set(float64(s.FeedMaxBytes))
+			gzbytes.Set(float64(s.GzipBytes))
 			rv.Set(float64(s.RV))
 		},
 		OnRelist: relists.Inc,
@@ -115,7 +126,7 @@ func (m *Metrics) Forget(resource, format string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.GaugeVec{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.historyMax, m.rv, m.watchHealthy, m.lastProgress} {
+	for _, v := range []*prometheus.GaugeVec{m.objects, m.bytes, m.historyDepth, m.historyBytes, m.historyMax, m.feedBytes, m.feedMax, m.gzipBytes, m.rv, m.watchHealthy, m.lastProgress} {
 		v.DeleteLabelValues(resource, format)
 	}
 }

@@ -117,7 +117,7 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.SnapshotHistory, "snapshot-history", o.SnapshotHistory,
 		"How long superseded snapshots are kept for exact-resourceVersion reads and continue tokens.")
 	fs.Int64Var(&o.SnapshotHistoryMaxBytes, "snapshot-history-max-bytes", o.SnapshotHistoryMaxBytes,
-		"Bound on object bytes held only by snapshot history, per resource and representation; 0 for no bound.")
+		"Bound on object bytes held only by snapshot history, per resource and representation, and likewise on those held only by its feed of recent changes for watchers; 0 for no bound.")
 	fs.Float64Var(&o.SnapshotHistoryMaxRatio, "snapshot-history-max-ratio", o.SnapshotHistoryMaxRatio,
 		"Bound on the bytes held only by snapshot history relative to the live snapshot's bytes, per resource and representation (0.1: history adds at most 10%, but at least 4 MiB is allowed); pinned continue-token snapshots older than the kept history are released (their tokens are handed to the apiserver). 0 for no relative bound.")
 	fs.DurationVar(&o.IdleResourceTTL, "idle-resource-ttl", o.IdleResourceTTL,
