@@ -49,7 +49,7 @@ type Event struct {
 
 // Shared is one value derived from an event, made by its first reader and
 // shared by every later reader asking for it under the same key. It lives
-// as long as the event stays in the store's history. Safe for concurrent
+// as long as the event stays in the store's feed. Safe for concurrent
 // use.
 type Shared struct {
 	v atomic.Pointer[sharedValue]
@@ -183,11 +183,11 @@ func (f *feed) append(ev Event, size eventSize) {
 // whether every namespace should be woken (Store.ChangedIn): a watcher of
 // one namespace sleeps through other namespaces' changes, and must read
 // before the events after its position are dropped. It is woken when the
-// feed holds half its bytes and a quarter of the events held when it was
-// last woken were dropped since, as the count bound's sweep does (see
-// nsWaker); a change or a trim of history that alone adds more than half
-// the bound may still overrun it (ErrFeedOverrun), as any cursor that
-// many bytes behind.
+// feed holds at least half its byte bound and a quarter of the events it
+// held when they were last woken have been dropped since, as the count
+// bound's sweep does (see nsWaker); a change or a trim of history that
+// alone adds more than half the bound may still overrun it
+// (ErrFeedOverrun), as it overruns any cursor that many bytes behind.
 func (f *feed) bound(oldestRV uint64, maxBytes int64) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -214,6 +214,7 @@ func TestFeedBoundedByBytes(t *testing.T) {
 	}
 	retained := int64(heapInUse()) - int64(before)
 	runtime.KeepAlive(s)
+	t.Logf("heap grew by %d bytes; stats: %+v", retained, got)
 	// History and the feed may each hold the bound (4 MiB here); the slack
 	// is for the trees and events.
 	if limit := int64(3 * HistoryMinBytes); retained > limit {

@@ -256,9 +256,10 @@ func (s *Store) Changed() <-chan struct{} { return s.current.Load().next }
 // at least once per quarter of the feed's capacity of changes to other
 // namespaces, and, once the feed holds half its byte bound, whenever it
 // dropped a quarter of the changes it held at the last such wake, so that a
-// cursor waiting on it is not overrun by changes it does not watch; one
-// change that alone fills half the byte bound may still overrun it. Progress alone (bookmarks) does not close it. Take it
-// before Cursor.Read, as Changed.
+// cursor waiting on it is not overrun by changes it does not watch (one
+// change that alone fills half the byte bound may still overrun it).
+// Progress alone (bookmarks) does not close it. Take it before
+// Cursor.Read, as Changed.
 func (s *Store) ChangedIn(ns string) <-chan struct{} { return s.wake.changedIn(ns) }
 
 // At returns the snapshot holding the state at exactly rv: a pinned one, or
@@ -616,8 +617,9 @@ func (s *Store) supersededBytesLocked(prev *Entry) int64 {
 	return int64(len(prev.Raw)) + s.supersededLocked(prev) + prev.gzip.detach()
 }
 
-// boundFeedLocked bounds the feed's bytes, history being history, and wakes
-// every namespace's watchers when the feed may drop what they have not read.
+// boundFeedLocked bounds the feed's bytes now that history is history, and
+// wakes every namespace's watchers when the feed may soon drop what they
+// have not read.
 func (s *Store) boundFeedLocked(history []*Snapshot) {
 	if s.feed.bound(history[0].rv, s.feedMaxBytesLocked()) {
 		s.wake.wakeAll()
