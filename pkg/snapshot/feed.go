@@ -13,7 +13,7 @@ import (
 // fall before it is ended and how old a resourceVersion a re-watch may start
 // from. The apiserver's watch cache starts at 100 events and grows to keep
 // about 75 s; 1024 covers a minute of ~17 changes/s per resource. Not
-// measured.
+// measured. StoreConfig.FeedMaxBytes may keep fewer.
 const DefaultEventHistory = 1024
 
 // Errors a Cursor returns.
@@ -22,7 +22,8 @@ var (
 	// gone, or the store stopped) after the cursor was opened; the watcher
 	// must be ended so that its client re-establishes its state.
 	ErrFeedReset = errors.New("snapshot feed reset")
-	// ErrFeedOverrun: the cursor fell more than EventHistory changes behind
+	// ErrFeedOverrun: the cursor fell behind the changes the feed keeps
+	// (EventHistory of them, fewer when they hold more than FeedMaxBytes)
 	// and the changes it had not read were dropped.
 	ErrFeedOverrun = errors.New("snapshot feed overrun")
 )
