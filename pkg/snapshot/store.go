@@ -142,8 +142,8 @@ type Store struct {
 	pins  *lru.Cache[uint64, pin]
 	// feed holds recent changes for watchers; appended under mu.
 	feed *feed
-	// wake wakes the watchers of one namespace (ChangedIn).
-	wake *nsWaker
+	// wake wakes the watchers of one field value (ChangedOn).
+	wake *waker
 
 	current atomic.Pointer[view]
 
@@ -184,7 +184,7 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	pins, _ := lru.New[uint64, pin](cfg.PinnedSnapshots) // error only for size <= 0
 	feed := newFeed(cfg.EventHistory)
-	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: feed, wake: newNSWaker(len(feed.ring))}
+	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: feed, wake: newWaker(len(feed.ring))}
 	s.resetTreesLocked()
 	empty := s.snapshotLocked(0)
 	s.current.Store(&view{latest: empty, history: []*Snapshot{empty}, next: make(chan struct{})})
@@ -251,16 +251,21 @@ func (s *Store) Progress() uint64 { return s.current.Load().progress }
 // Changed returns a channel closed when the store publishes a newer view.
 func (s *Store) Changed() <-chan struct{} { return s.current.Load().next }
 
-// ChangedIn returns a channel closed when a change to an object of
-// namespace ns is in the feed, when the feed breaks continuity or closes,
-// at least once per quarter of the feed's capacity of changes to other
-// namespaces, and, once the feed holds half its byte bound, whenever it
-// dropped a quarter of the changes it held at the last such wake, so that a
-// cursor waiting on it is not overrun by changes it does not watch (one
-// change that alone fills half the byte bound may still overrun it).
-// Progress alone (bookmarks) does not close it. Take it before
+// ChangedOn returns a channel closed when a change to an object that has,
+// or had before the change, the field value k is in the feed, when the
+// feed breaks continuity or closes, at least once per quarter of the feed's
+// capacity of other changes, and, once the feed holds half its byte bound,
+// whenever it dropped a quarter of the changes it held at the last such
+// wake, so that a cursor waiting on it is not overrun by changes it does
+// not watch (one change that alone fills half the byte bound may still
+// overrun it). Progress alone (bookmarks) does not close it. Take it before
 // Cursor.Read, as Changed.
-func (s *Store) ChangedIn(ns string) <-chan struct{} { return s.wake.changedIn(ns) }
+func (s *Store) ChangedOn(k FieldValue) <-chan struct{} { return s.wake.changedOn(k) }
+
+// ChangedIn is ChangedOn for the objects of namespace ns.
+func (s *Store) ChangedIn(ns string) <-chan struct{} {
+	return s.ChangedOn(FieldValue{Field: FieldNamespace, Value: ns})
+}
 
 // At returns the snapshot holding the state at exactly rv: a pinned one, or
 // the newest retained snapshot at or before rv, provided the store has seen
@@ -508,11 +513,7 @@ func (s *Store) Apply(c Change, rv uint64) {
 		ev.Type, ev.Prev = Modified, prev
 	}
 	s.feed.append(ev, size)
-	ns := c.Entry.Namespace
-	if ns == "" && ev.Prev != nil {
-		ns = ev.Prev.Namespace // a deletion known by its key
-	}
-	s.wake.changed(ns)
+	s.wake.changed(c.Entry, ev.Prev)
 	// Each snapshot also holds the tree nodes the change copied.
 	freed := snapshotOverheadBytes + size.superseded
 	s.freedTotal += freed
