@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/paging"
@@ -27,6 +28,9 @@ type WatchTarget struct {
 	Namespace string
 	// Match selects objects by the watch's selectors; nil selects all.
 	Match func(*snapshot.Entry) bool
+	// Wake is a field value every object Match selects has (wakeKey);
+	// zero for none.
+	Wake snapshot.FieldValue
 	// WatchListDefaults: the apiserver's release turns a watch from
 	// resourceVersion "" or "0" into a watch-list (watch.Target).
 	WatchListDefaults bool
@@ -107,6 +111,7 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 	if req.selectors {
 		labelSel, fieldSel := req.labelSel, req.fieldSel
 		t.Match = func(e *snapshot.Entry) bool { return labelSel.Matches(e.Labels) && fieldSel.Matches(e.Fields) }
+		t.Wake = wakeKey(fieldSel)
 	}
 	t.NotOlderThan = func(ctx context.Context, rv uint64, wait time.Duration) (*snapshot.Snapshot, uint64, *metav1.Status) {
 		snap, at, err := entry.prover.NotOlderThan(ctx, rv, wait)
@@ -128,6 +133,35 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 		}
 	}
 	return t, "", true
+}
+
+// wakeKey returns a field value that every object sel selects has: an
+// exact requirement (= or ==) of sel, preferring metadata.name (a single
+// object), then any other field but metadata.namespace (a node's pods),
+// then metadata.namespace. Zero when sel requires none. A watcher waits
+// for changes to objects with that value only (snapshot.Store.ChangedOn),
+// as the apiserver's watch cache dispatches a pod's change to the watchers
+// of its node only.
+func wakeKey(sel fields.Selector) snapshot.FieldValue {
+	rank := func(field string) int {
+		switch field {
+		case snapshot.FieldName:
+			return 0
+		case snapshot.FieldNamespace:
+			return 2
+		}
+		return 1
+	}
+	var key snapshot.FieldValue
+	for _, req := range sel.Requirements() {
+		if req.Operator != selection.Equals && req.Operator != selection.DoubleEquals {
+			continue
+		}
+		if key.Field == "" || rank(req.Field) < rank(key.Field) {
+			key = snapshot.FieldValue{Field: req.Field, Value: req.Value}
+		}
+	}
+	return key
 }
 
 // parseWatch decides whether r is a watch of a known resource in a

@@ -16,8 +16,9 @@ type FieldValue struct {
 	Field, Value string
 }
 
-// valueOf returns e's value of field and whether e carries that field. An
-// entry known by its key only (a deletion) carries no field but its key's.
+// valueOf returns e's value of field and whether e carries field values
+// at all: an entry known by its key only (a deletion) has none but its
+// key's.
 func valueOf(e *Entry, field string) (string, bool) {
 	switch field {
 	case FieldNamespace:
@@ -25,9 +26,10 @@ func valueOf(e *Entry, field string) (string, bool) {
 	case FieldName:
 		return e.Name, true
 	}
-	if e.Fields == nil || !e.Fields.Has(field) {
+	if e.Fields == nil {
 		return "", false
 	}
+	// As a field selector reads it: a field the entry lacks is "".
 	return e.Fields.Get(field), true
 }
 

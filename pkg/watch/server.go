@@ -83,6 +83,10 @@ type Target struct {
 	Namespace string
 	// Match selects objects (labels and fields); nil selects all.
 	Match func(*snapshot.Entry) bool
+	// Wake is a field value every object Match selects has (an exact
+	// requirement of the field selector): the watch then waits for changes
+	// to objects that have or had it only. Zero: none.
+	Wake snapshot.FieldValue
 	// WatchListDefaults: the apiserver turns a watch from resourceVersion
 	// "" or "0" without sendInitialEvents into a watch-list (its WatchList
 	// feature is on). Where it does not, such a watch has the older
@@ -536,6 +540,10 @@ func (w *watcher) flush() error {
 	return nil
 }
 
+// testHookWait, set by tests only, is called each time a watcher has read
+// every change and waits for the next.
+var testHookWait func(Target)
+
 // stream sends the store's changes until the watch ends, and returns why.
 func (w *watcher) stream(ctx context.Context) string {
 	clk := w.srv.cfg.Clock
@@ -563,12 +571,16 @@ func (w *watcher) stream(ctx context.Context) string {
 		defer func() { bt.Stop() }()
 	}
 	for {
-		// A watcher of one namespace wakes for that namespace's changes
-		// only (and for the store's periodic sweep and resets).
+		// A watcher of one field value (a node's pods) or one namespace
+		// wakes for changes to its objects only (and for the store's
+		// periodic sweep and resets).
 		var changed <-chan struct{}
-		if w.t.Namespace != "" {
+		switch {
+		case w.t.Wake.Field != "":
+			changed = w.t.Store.ChangedOn(w.t.Wake)
+		case w.t.Namespace != "":
 			changed = w.t.Store.ChangedIn(w.t.Namespace)
-		} else {
+		default:
 			changed = w.t.Store.Changed()
 		}
 		n, err := w.readChanges()
@@ -584,6 +596,9 @@ func (w *watcher) stream(ctx context.Context) string {
 				}
 			}
 			continue
+		}
+		if testHookWait != nil {
+			testHookWait(w.t)
 		}
 		select {
 		case <-changed:

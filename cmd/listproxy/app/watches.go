@@ -23,7 +23,7 @@ func (s watchStores) Resolve(r *http.Request, labelSelector, fieldSelector strin
 	t, reason, ok := s.lists.ResolveWatch(r, labelSelector, fieldSelector)
 	target := watch.Target{
 		Resource: t.Resource, Format: t.Format, Type: t.Type, Store: t.Store,
-		Namespace: t.Namespace, Match: t.Match, Consistent: t.Consistent, Reject: t.Reject,
+		Namespace: t.Namespace, Match: t.Match, Wake: t.Wake, Consistent: t.Consistent, Reject: t.Reject,
 		NotOlderThan: t.NotOlderThan, Holds: t.Holds,
 		WatchListDefaults: t.WatchListDefaults, WatchListGzip: t.WatchListGzip,
 	}
