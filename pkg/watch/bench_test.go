@@ -9,7 +9,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -84,6 +86,135 @@ func benchmarkFanOut(b *testing.B, watchers int) {
 		<-w.done
 	}
 	b.StopTimer()
+	cancel()
+	wg.Wait()
+}
+
+// sharedCounter counts the frames (JSON: lines) written by many watchers
+// and signals when want were written in all.
+type sharedCounter struct {
+	frames atomic.Int64
+	mu     sync.Mutex
+	want   int64
+	done   chan struct{}
+}
+
+// expect returns a channel closed once want frames were written in all.
+func (c *sharedCounter) expect(want int64) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.want, c.done = want, make(chan struct{})
+	if c.frames.Load() >= want {
+		close(c.done)
+	}
+	return c.done
+}
+
+func (c *sharedCounter) add(n int64) {
+	total := c.frames.Add(n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done != nil && total >= c.want {
+		close(c.done)
+		c.done = nil
+	}
+}
+
+type counterWriter struct {
+	header http.Header
+	c      *sharedCounter
+}
+
+func (w *counterWriter) Header() http.Header { return w.header }
+func (w *counterWriter) WriteHeader(int)     {}
+func (w *counterWriter) Flush()              {}
+func (w *counterWriter) Write(p []byte) (int, error) {
+	w.c.add(int64(bytes.Count(p, []byte("\n"))))
+	return len(p), nil
+}
+
+// processCPU returns the CPU time (user and system) the process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkFanOutNodeScoped: node agents, each watching its node's pods
+// (fieldSelector=spec.nodeName=node-i), in a store with the default feed;
+// changes go to the pods of every node in turn. One op is one change
+// delivered to its node's watcher; cpu-ns/op is the process's CPU per
+// change. A change wakes that watcher only; the others wake once per
+// quarter of the feed (the sweep that keeps their cursors from being
+// overrun) and then read the changes they slept through, which costs
+// about 60 ns per watcher per change (2026-11-26, 2 cores: 10 µs per
+// change with 100 watchers, 127 µs with 2,000, 361 µs with 5,000; every
+// watcher woken by every change cost 2.3 ms with 2,000).
+func BenchmarkFanOutNodeScoped(b *testing.B) {
+	for _, watchers := range []int{100, 1000, 2000, 5000} {
+		b.Run(fmt.Sprintf("watchers=%d", watchers), func(b *testing.B) {
+			benchmarkFanOutNodeScoped(b, watchers)
+		})
+	}
+}
+
+func benchmarkFanOutNodeScoped(b *testing.B, watchers int) {
+	pad := strings.Repeat("x", 3000) // about a pod's size
+	names := snapshot.NewFieldNames("spec.nodeName")
+	item := func(i int, rv uint64) *snapshot.Entry {
+		name, node := fmt.Sprintf("p%d", i), fmt.Sprintf("node-%d", i)
+		raw := fmt.Sprintf(`{"apiVersion":"demo.listproxy.io/v1","kind":"Widget","metadata":{"name":%q,"namespace":"ns","resourceVersion":"%d"},"spec":{"nodeName":%q,"pad":"%s"}}`, name, rv, node, pad)
+		return snapshot.NewEntry("ns", name, rv, nil, names, []string{node}, []byte(raw))
+	}
+	initial := make([]*snapshot.Entry, watchers)
+	for i := range initial {
+		initial[i] = item(i, 1)
+	}
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace(initial, 1)
+	srv := NewServer(Config{})
+	q := "watch=1&resourceVersion=1&timeoutSeconds=3600"
+	d := Decide(q)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	counter := &sharedCounter{}
+	for i := range watchers {
+		node := fmt.Sprintf("node-%d", i)
+		target := Target{
+			Resource: "widgets.demo.listproxy.io", Format: wire.JSON, Type: widgetType, Store: store,
+			Match: func(e *snapshot.Entry) bool { return e.Fields.Get("spec.nodeName") == node },
+			Wake:  snapshot.FieldValue{Field: "spec.nodeName", Value: node},
+		}
+		r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/?"+q, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv.Serve(&counterWriter{header: http.Header{}, c: counter}, r, d, target)
+		}()
+	}
+	entries := make([]*snapshot.Entry, b.N)
+	for i := range entries {
+		entries[i] = item(i%watchers, uint64(i+2))
+	}
+	// Each change is delivered before the next is applied, as changes
+	// spread in time arrive: a watcher woken reads one change, not a batch.
+	const batch = 1
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := processCPU(b)
+	for start := 0; start < len(entries); start += batch {
+		end := min(start+batch, len(entries))
+		delivered := counter.expect(int64(end))
+		for i := start; i < end; i++ {
+			store.Apply(snapshot.Change{Entry: entries[i]}, uint64(i+2))
+		}
+		<-delivered
+	}
+	b.StopTimer()
+	// Wall time includes waiting for each batch; CPU is the cost.
+	b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
 	cancel()
 	wg.Wait()
 }
