@@ -25,9 +25,10 @@
 //	BENCH_OUT=_output/bench/kube-vVERSION  output directory (the cluster lives in OUT/cluster)
 //	KUBE_VERSION                the control-plane release (default: hack/kube-versions)
 //	BENCH_WALK_LIMITS=500       page sizes of the paginated walks (1000 is added from 100k pods)
-//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,consistent,storm,steady,cold,rollout,memory (all but cold and rollout)
+//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,consistent,storm,steady,nodeagents,cold,rollout,memory (all but cold and rollout)
 //	BENCH_INFORMERS=50          pod informers started at once in the informer storm
 //	BENCH_WATCHERS=1000         pod watchers kept open in the steady-state scenario
+//	BENCH_NODE_WATCHERS=5000    node agents' watchers (spec.nodeName=NODE watch-lists) in the node agents scenario
 //	BENCH_LISTPROXY_BIN         listproxy binary (default _output/bin/listproxy)
 //	BENCH_LISTPROXY_ARGS        extra listproxy flags, space-separated (e.g. --snapshot-history=15s)
 //	BENCH_LISTPROXY_ENV         environment for listproxy only, space-separated (e.g. GOGC=25)
@@ -70,6 +71,7 @@ type config struct {
 	hold             bool
 	informers        int
 	watchers         int
+	nodeWatchers     int
 }
 
 func main() {
@@ -100,13 +102,14 @@ func parseConfig(args []string) (config, error) {
 	writeRate := fs.Int("write-rate", envInt("BENCH_WRITE_RATE", 100), "writes per second during consistent reads and churn ($BENCH_WRITE_RATE)")
 	out := fs.String("out", envString("BENCH_OUT", defaultOut()), "output directory ($BENCH_OUT)")
 	walkLimits := fs.String("walk-limits", envString("BENCH_WALK_LIMITS", ""), "comma-separated page sizes of the paginated walks; default 500, plus 1000 from 100k pods ($BENCH_WALK_LIMITS)")
-	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,consistent,storm,steady,cold,rollout,memory ($BENCH_SCENARIOS)")
+	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,consistent,storm,steady,nodeagents,cold,rollout,memory ($BENCH_SCENARIOS)")
 	bin := fs.String("listproxy", envString("BENCH_LISTPROXY_BIN", ""), "listproxy binary; default <repo>/_output/bin/listproxy ($BENCH_LISTPROXY_BIN)")
 	selectorN := fs.Int("nodename-requests", envInt("BENCH_NODENAME_REQUESTS", 1000), "spec.nodeName LISTs per side ($BENCH_NODENAME_REQUESTS)")
 	firstPageN := fs.Int("firstpage-requests", envInt("BENCH_FIRSTPAGE_REQUESTS", 200), "sequential first-page LISTs per side ($BENCH_FIRSTPAGE_REQUESTS)")
 	concurrency := fs.Int("concurrency", envInt("BENCH_CONCURRENCY", 16), "concurrent clients of the concurrent first-page scenario ($BENCH_CONCURRENCY)")
 	informers := fs.Int("informers", envInt("BENCH_INFORMERS", 50), "pod informers started at once in the informer storm ($BENCH_INFORMERS)")
 	watchers := fs.Int("watchers", envInt("BENCH_WATCHERS", 1000), "pod watchers kept open in the steady-state scenario ($BENCH_WATCHERS)")
+	nodeWatchers := fs.Int("node-watchers", envInt("BENCH_NODE_WATCHERS", 5000), "node agents' watchers (one node's pods each) in the node agents scenario ($BENCH_NODE_WATCHERS)")
 	consistentN := fs.Int("consistent-requests", envInt("BENCH_CONSISTENT_REQUESTS", 200), "consistent LISTs per side under writes ($BENCH_CONSISTENT_REQUESTS)")
 	lpArgs := fs.String("listproxy-args", envString("BENCH_LISTPROXY_ARGS", ""), "extra listproxy flags, space-separated ($BENCH_LISTPROXY_ARGS)")
 	lpEnv := fs.String("listproxy-env", envString("BENCH_LISTPROXY_ENV", ""), "NAME=VALUE settings for listproxy's environment only, space-separated ($BENCH_LISTPROXY_ENV)")
@@ -117,7 +120,7 @@ func parseConfig(args []string) (config, error) {
 	cfg := config{
 		pods: *pods, reps: *reps, churn: *churn, writeRate: *writeRate, out: *out,
 		listproxyBin: *bin, selectorRequests: *selectorN, firstPageN: *firstPageN,
-		concurrency: *concurrency, consistentN: *consistentN, informers: *informers, watchers: *watchers,
+		concurrency: *concurrency, consistentN: *consistentN, informers: *informers, watchers: *watchers, nodeWatchers: *nodeWatchers,
 		listproxyArgs: strings.Fields(*lpArgs), listproxyEnv: strings.Fields(*lpEnv), hold: *hold,
 		scenarios: map[string]bool{},
 	}
@@ -134,6 +137,8 @@ func parseConfig(args []string) (config, error) {
 		return config{}, fmt.Errorf("-informers=%d: need at least 1", cfg.informers)
 	case cfg.watchers < 1:
 		return config{}, fmt.Errorf("-watchers=%d: need at least 1", cfg.watchers)
+	case cfg.nodeWatchers < 1:
+		return config{}, fmt.Errorf("-node-watchers=%d: need at least 1", cfg.nodeWatchers)
 	}
 	if *walkLimits == "" {
 		cfg.walkLimits = []int{500}
@@ -149,7 +154,7 @@ func parseConfig(args []string) (config, error) {
 			cfg.walkLimits = append(cfg.walkLimits, n)
 		}
 	}
-	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "consistent": true, "storm": true, "steady": true, "cold": true, "rollout": true, "memory": true}
+	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "consistent": true, "storm": true, "steady": true, "nodeagents": true, "cold": true, "rollout": true, "memory": true}
 	for _, s := range strings.Split(*scenarios, ",") {
 		s = strings.TrimSpace(s)
 		if s == "all" {

@@ -24,6 +24,7 @@ type report struct {
 	Memory      []memorySample     `json:"memory"`
 	MemoryCheck []check            `json:"memory_checks"`
 	Steady      *steadyResult      `json:"steady,omitempty"`
+	NodeAgents  *nodeAgentsResult  `json:"node_agents,omitempty"`
 	Rollout     *rolloutResult     `json:"rollout,omitempty"`
 }
 
@@ -304,6 +305,21 @@ func (r *report) markdown() string {
 			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
 		}
 	}
+	if na := r.NodeAgents; na != nil {
+		fmt.Fprintf(&b, "\n| node agents: %d watchers of one node's pods (%d nodes with pods) | writes/s | events read | watch-lists opened in | delivery p50 / p99 | CPU per change | without the writes' own |\n", na.Watchers, na.NodesWithPods)
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+		for _, name := range []string{"apiserver", "listproxy"} {
+			if s := na.Sides[name]; s != nil {
+				fmt.Fprintf(&b, "| %s | %.0f | %d | %s | %s / %s | %s | %s |\n", name, float64(s.WriteRate), s.Events, ms(float64(s.OpenSeconds)),
+					ms(float64(s.DelayP50)), ms(float64(s.DelayP99)), ms(float64(s.CPUPerChange)), ms(float64(s.WatchersCPUPerChange)))
+			}
+		}
+		fmt.Fprintf(&b, "\nCPU: apiserver and etcd direct, listproxy proxied; the writes with no watcher open cost %s (apiserver+etcd) and %s (listproxy) per change. Delivery is from sending a write to its node's watcher reading its event.\n\n",
+			ms(float64(na.BaseCPUPerChange["apiserver"])), ms(float64(na.BaseCPUPerChange["listproxy"])))
+		for _, ch := range na.Checks {
+			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
+		}
+	}
 	if ro := r.Rollout; ro != nil {
 		fmt.Fprintf(&b, "\n| rolling restart of %d replicas, %d informers + %d walkers, over %s | apiserver+etcd CPU | walks | walks cut short | pages not from snapshots |\n",
 			ro.Replicas, ro.Informers, ro.Walkers, ms(float64(ro.Seconds)))
@@ -346,6 +362,13 @@ func (r *report) missed() []string {
 		for _, c := range r.Steady.Checks {
 			if !c.Met {
 				out = append(out, fmt.Sprintf("steady: %s %s, got %s", c.Name, c.Want, c.Text))
+			}
+		}
+	}
+	if r.NodeAgents != nil {
+		for _, c := range r.NodeAgents.Checks {
+			if !c.Met {
+				out = append(out, fmt.Sprintf("nodeagents: %s %s, got %s", c.Name, c.Want, c.Text))
 			}
 		}
 	}

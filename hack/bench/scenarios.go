@@ -35,6 +35,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"consistent", b.consistent},
 		{"storm", b.informerStorm},
 		{"steady", b.steady},
+		{"nodeagents", b.nodeAgents},
 		{"cold", b.coldStorm},
 		{"rollout", b.rollout},
 		{"memory", b.memoryChurn},

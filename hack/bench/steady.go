@@ -206,6 +206,13 @@ func (b *bench) steadySide(ctx context.Context, t *target, n int) (*steadySide, 
 // returns when each resulting resourceVersion's write was sent, and the
 // achieved rate.
 func (b *bench) steadyWrites(ctx context.Context) (map[string]time.Time, float64) {
+	return b.writes(ctx, steadyDuration, "steady")
+}
+
+// writes patches pods at BENCH_WRITE_RATE for d, each pod's annotation
+// bench.listproxy.io/TAG, and returns when each resulting
+// resourceVersion's write was sent, and the achieved rate.
+func (b *bench) writes(ctx context.Context, d time.Duration, tag string) (map[string]time.Time, float64) {
 	var mu sync.Mutex
 	sent := map[string]time.Time{}
 	jobs := make(chan int, 64)
@@ -217,7 +224,7 @@ func (b *bench) steadyWrites(ctx context.Context) (map[string]time.Time, float64
 			for i := range jobs {
 				p := b.env.pods[(i*7919)%len(b.env.pods)]
 				// Unique per run and write, so that no patch is a no-op.
-				patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench.listproxy.io/steady":"%d-%d"}}}`, begin.UnixNano(), i)
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench.listproxy.io/%s":"%d-%d"}}}`, tag, begin.UnixNano(), i)
 				at := time.Now()
 				pod, err := b.env.client.CoreV1().Pods(p.namespace).Patch(ctx, p.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "bench"})
 				if err != nil {
@@ -231,7 +238,7 @@ func (b *bench) steadyWrites(ctx context.Context) (map[string]time.Time, float64
 		})
 	}
 	tick := time.NewTicker(time.Second / time.Duration(b.cfg.writeRate))
-	stop := time.After(steadyDuration)
+	stop := time.After(d)
 loop:
 	for i := 0; ; i++ {
 		select {
