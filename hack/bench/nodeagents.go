@@ -65,7 +65,8 @@ const nodeAgentsOpenConcurrency = 64
 // writes themselves. It reports each side's CPU per change with and without
 // that base, the delay from sending a write to its node's watcher reading
 // its event, and listproxy's RSS growth per idle watcher. Targets:
-// listproxy's watchers' CPU per change ≤ 2× the apiserver's; delivery p99
+// listproxy's CPU per change ≤ 2× the apiserver's and etcd's (the
+// answering processes', as every scenario compares them); delivery p99
 // ≤ direct + 5 ms; ≤ 32 KiB RSS per idle watcher.
 func (b *bench) nodeAgents(ctx context.Context) error {
 	n := b.cfg.nodeWatchers
@@ -102,9 +103,9 @@ func (b *bench) nodeAgents(ctx context.Context) error {
 	}
 	d, p := res.Sides["apiserver"], res.Sides["listproxy"]
 	res.Checks = []check{
-		{Name: "watchers' CPU per change", Want: "≤ 2× the apiserver's", Got: p.WatchersCPUPerChange,
-			Text: fmt.Sprintf("%s vs %s (with the writes: %s vs %s)", ms(float64(p.WatchersCPUPerChange)), ms(float64(d.WatchersCPUPerChange)), ms(float64(p.CPUPerChange)), ms(float64(d.CPUPerChange))),
-			Met:  p.WatchersCPUPerChange <= 2*max(d.WatchersCPUPerChange, 0)},
+		{Name: "CPU per change", Want: "≤ 2× the apiserver's", Got: p.CPUPerChange,
+			Text: fmt.Sprintf("%s vs %s (less the writes' own: %s vs %s)", ms(float64(p.CPUPerChange)), ms(float64(d.CPUPerChange)), ms(float64(p.WatchersCPUPerChange)), ms(float64(d.WatchersCPUPerChange))),
+			Met:  p.CPUPerChange <= 2*d.CPUPerChange},
 		{Name: "delivery p99", Want: "≤ direct + 5 ms", Got: p.DelayP99 - d.DelayP99,
 			Text: fmt.Sprintf("%s vs %s", ms(float64(p.DelayP99)), ms(float64(d.DelayP99))), Met: p.DelayP99 <= d.DelayP99+0.005},
 		{Name: "RSS per idle watcher", Want: "≤ 32 KiB", Got: res.IdleRSSPerWatcher,
