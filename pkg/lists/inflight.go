@@ -225,6 +225,28 @@ func (l *Lists) admit(ctx context.Context, estimate int64, pageFn func() (snapsh
 	return page, total, &listSlot{f: l.inflight, weight: w.weight}, nil
 }
 
+// admitWatchList admits the initial events of a watch-list weighing weight
+// bytes as a LIST response is admitted (same bounds, queue and 429): a
+// storm of informers' watch-lists is a LIST storm. It returns the slot's
+// release and the deadline of writing them (InflightConfig.WriteTimeout
+// from now; zero without one), or the 429.
+func (l *Lists) admitWatchList(ctx context.Context, weight int64) (func(), time.Time, *apierrors.StatusError) {
+	w := l.inflight.enqueue(weight)
+	if w == nil {
+		return nil, time.Time{}, tooManyListsError()
+	}
+	if err := l.inflight.wait(ctx, w); err != nil {
+		return nil, time.Time{}, tooManyListsError()
+	}
+	var deadline time.Time
+	if l.cfg.Inflight.WriteTimeout > 0 {
+		// Write deadlines bound the socket: real time.
+		deadline = time.Now().Add(l.cfg.Inflight.WriteTimeout)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { l.inflight.release(w.weight) }) }, deadline, nil
+}
+
 // estimateWeight is the weight of a response without selectors, known
 // without selecting its page: the items it will hold (the namespace's or all
 // objects, less those returned on earlier pages, up to the limit) times the

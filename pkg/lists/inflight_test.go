@@ -554,3 +554,36 @@ func (f *inflight) inflightCountsForTest() (int, int64) {
 	defer f.mu.Unlock()
 	return f.lists, f.bytes
 }
+
+// TestAdmitWatchList: a watch-list's initial events take room in the same
+// LIST admission, by their weight: admitted while they fit, counted until
+// released (once, however often release is called), else the apiserver's
+// 429; the deadline of writing them is WriteTimeout from admission.
+func TestAdmitWatchList(t *testing.T) {
+	f := newInflight(InflightConfig{MaxBytes: 100, WriteTimeout: time.Minute, Clock: clocktesting.NewFakeClock(time.Now())})
+	l := &Lists{inflight: f, cfg: Config{Inflight: InflightConfig{WriteTimeout: time.Minute}}}
+
+	release, deadline, rejected := l.admitWatchList(context.Background(), 70)
+	if rejected != nil {
+		t.Fatalf("first watch-list rejected: %v", rejected)
+	}
+	if d := time.Until(deadline); d <= 0 || d > time.Minute {
+		t.Errorf("deadline in %v, want within WriteTimeout", d)
+	}
+	if lists, bytes := f.inflightCountsForTest(); lists != 1 || bytes != 70 {
+		t.Errorf("in flight: %d lists, %d bytes; want 1, 70", lists, bytes)
+	}
+	// A LIST (or another watch-list) that does not fit is rejected.
+	if _, _, _, status := l.admit(context.Background(), 40, nil); status == nil || status.Status().Code != http.StatusTooManyRequests {
+		t.Errorf("LIST beside the watch-list: %v, want 429", status)
+	}
+	if _, _, rejected := l.admitWatchList(context.Background(), 40); rejected == nil || rejected.Status().Code != http.StatusTooManyRequests ||
+		rejected.Status().Details == nil || rejected.Status().Details.RetryAfterSeconds != 1 {
+		t.Errorf("second watch-list: %v, want the apiserver's 429 with retryAfterSeconds 1", rejected)
+	}
+	release()
+	release()
+	if lists, bytes := f.inflightCountsForTest(); lists != 0 || bytes != 0 {
+		t.Errorf("after release: %d lists, %d bytes in flight; want none", lists, bytes)
+	}
+}

@@ -540,15 +540,15 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	resource := req.info.GVR.GroupResource().String()
-	setAPIServerHeaders(w.Header(), r, req.info)
+	httpapi.SetAPIServerHeaders(w.Header(), r, req.info.Warnings)
 	served, reason := l.serve(w, r, req)
 	if !served && req.peer {
-		unsetAPIServerHeaders(w.Header())
+		httpapi.UnsetAPIServerHeaders(w.Header())
 		httpapi.DeclinePeerList(w)
 		served, reason = true, ReasonPeerDeclined
 	}
 	if !served {
-		unsetAPIServerHeaders(w.Header())
+		httpapi.UnsetAPIServerHeaders(w.Header())
 		l.cfg.Metrics.passThrough(resource, reason)
 		l.TranslateContinue(r)
 		return false

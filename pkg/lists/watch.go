@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -48,6 +49,11 @@ type WatchTarget struct {
 	// (freshness.Prover.Holds); false without etcd or when it cannot be
 	// proven in time.
 	Holds func(ctx context.Context, rv uint64) bool
+	// Warnings are the deprecation texts of the resource's version.
+	Warnings []string
+	// Admit admits a watch-list's initial events through the LIST
+	// admission (watch.Target.Admit).
+	Admit func(ctx context.Context, weight int64) (release func(), deadline time.Time, rejected *apierrors.StatusError)
 	// Release ends the watch's hold on the store.
 	Release func()
 	// Reject, set when ResolveWatch returns ok false for a store that did
@@ -103,6 +109,8 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 		Namespace:         req.col.Namespace,
 		WatchListDefaults: l.registry.watchListDefaults(),
 		WatchListGzip:     l.registry.watchListGzip(),
+		Warnings:          req.info.Warnings,
+		Admit:             l.admitWatchList,
 		Release: func() {
 			entry.lastUsed.Store(time.Now().UnixNano())
 			entry.watchers.Add(-1)

@@ -13,11 +13,13 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/listproxy/listproxy/pkg/gzstitch"
+	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -115,6 +117,17 @@ type Target struct {
 	// served from the store's feed. Nil, or false, passes such a watch
 	// through.
 	Holds func(ctx context.Context, rv uint64) bool
+	// Warnings are the deprecation texts of the resource's version, sent
+	// as Warning headers as the apiserver does.
+	Warnings []string
+	// Admit admits the initial events of a watch-list for writing, as a
+	// LIST is admitted: weight is their objects' encoded bytes (an
+	// estimate without selectors). It returns release, called once they
+	// are written, and the time by which they must be (zero: no bound),
+	// past which the watch is cut short; or, when there is no room in
+	// time, the apiserver's 429 to answer with. Nil admits every
+	// watch-list at once.
+	Admit func(ctx context.Context, weight int64) (release func(), deadline time.Time, rejected *apierrors.StatusError)
 	// Reject, when Stores.Resolve returns ok false with it set, answers the
 	// watch instead of passing it through (a store that did not sync in
 	// time gets the apiserver's 429 for an unready watch cache).
@@ -219,6 +232,26 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	default:
 		return false, "pass_through"
 	}
+	// Initial events are admitted as a LIST is, before anything is written.
+	var (
+		items   []*snapshot.Entry
+		slot    func()
+		initEnd time.Time
+	)
+	if snap != nil {
+		var rejected *apierrors.StatusError
+		items, slot, initEnd, rejected = s.admitInitial(ctx, snap, t)
+		if rejected != nil {
+			httpapi.SetAPIServerHeaders(w.Header(), r, t.Warnings)
+			httpapi.WriteStatus(w, rejected)
+			return true, "initial_events_rejected"
+		}
+		defer func() {
+			if slot != nil {
+				slot()
+			}
+		}()
+	}
 	cursor, err := t.Store.Subscribe(rv)
 	if err != nil {
 		// Older than the store's history of changes, or the store relisted
@@ -232,19 +265,28 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	m.started(labels, d.Reason)
 	defer m.stopped(labels)
 
+	w2 := &watcher{
+		srv: s, t: t, d: d, wr: wr, cursor: cursor, bookmarkRV: rv, readRV: rv, labels: labels, metrics: m,
+	}
+	// A watch's time counts from its start, initial events included.
+	w2.startTimers()
+	defer w2.stopTimers()
+
 	onFreshStack(func() {
 		s.writeHead(w, r, d, t, wr)
 		_ = wr.flush() // a failed flush shows in the next write
 	})
 
-	w2 := &watcher{
-		srv: s, t: t, d: d, wr: wr, cursor: cursor, bookmarkRV: rv, readRV: rv, labels: labels, metrics: m,
-	}
 	reason := ""
 	if snap != nil {
-		if err := w2.sendInitial(snap, rv); err != nil {
+		wr.limit = initEnd
+		if err := w2.sendInitial(ctx, items, rv); err != nil {
 			reason = w2.endReason(ctx, err)
 		}
+		items = nil
+		wr.limit = time.Time{}
+		slot()
+		slot = nil
 	}
 	if reason == "" {
 		reason = w2.stream(ctx)
@@ -252,6 +294,40 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	wr.close(reason == EndTooSlow || wr.err != nil)
 	m.ended(labels, reason)
 	return true, d.Reason
+}
+
+// admitInitial selects the objects of snap that t's initial events carry
+// and admits writing them with t.Admit, weighed by their bytes (see
+// Target.Admit). A watch-list that waits for room holds no selection
+// meanwhile. It returns the items, the slot to release once they are
+// written and the time they must be written by (zero: no bound), or the
+// Status rejecting the watch.
+func (s *Server) admitInitial(ctx context.Context, snap *snapshot.Snapshot, t Target) ([]*snapshot.Entry, func(), time.Time, *apierrors.StatusError) {
+	selectItems := func() []*snapshot.Entry {
+		return snap.Page(snapshot.PageRequest{Namespace: t.Namespace, Match: t.Match}).Items
+	}
+	if t.Admit == nil {
+		return selectItems(), func() {}, time.Time{}, nil
+	}
+	var items []*snapshot.Entry
+	var weight int64
+	switch {
+	case t.Match != nil:
+		items = selectItems()
+		for _, e := range items {
+			weight += int64(len(e.Raw))
+		}
+	case t.Namespace == "":
+		weight = snap.Bytes()
+	case snap.Len() > 0:
+		weight = int64(snap.Count(t.Namespace)) * (snap.Bytes() / int64(snap.Len()))
+	}
+	items = nil // not held while waiting for room
+	release, deadline, rejected := t.Admit(ctx, weight)
+	if rejected != nil {
+		return nil, nil, time.Time{}, rejected
+	}
+	return selectItems(), release, deadline, nil
 }
 
 // serveError answers a watch with one ERROR event carrying status, as the
@@ -284,6 +360,7 @@ func (s *Server) serveError(w http.ResponseWriter, r *http.Request, d Decision, 
 // apiserver's release does so.
 func (s *Server) writeHead(w http.ResponseWriter, r *http.Request, d Decision, t Target, wr *writer) {
 	h := w.Header()
+	httpapi.SetAPIServerHeaders(h, r, t.Warnings)
 	h.Set("Content-Type", t.Format.WatchContentType())
 	h.Set("Cache-Control", "no-cache, private")
 	h.Set("Transfer-Encoding", "chunked")
@@ -328,6 +405,11 @@ type watcher struct {
 	readRV uint64
 	labels  []string
 	metrics *Metrics
+	// deadline is when the watch ends; end fires then. bookmarkTimer
+	// fires when the next bookmark is due (nil without bookmarks).
+	deadline      time.Time
+	end           clock.Timer
+	bookmarkTimer clock.Timer
 }
 
 // endError marks the end of a stream for a reason already decided.
@@ -335,12 +417,12 @@ type endError struct{ reason string }
 
 func (e *endError) Error() string { return "watch ended: " + e.reason }
 
-// sendInitial writes one ADDED event per matching object of snap in key
-// order, then (with bookmarks) the BOOKMARK ending the initial events.
-func (w *watcher) sendInitial(snap *snapshot.Snapshot, rv uint64) error {
-	page := snap.Page(snapshot.PageRequest{Namespace: w.t.Namespace, Match: w.t.Match})
+// sendInitial writes one ADDED event per item in order, then (with
+// bookmarks) the BOOKMARK ending the initial events. Between bursts it
+// stops when the watch must end (interrupted).
+func (w *watcher) sendInitial(ctx context.Context, items []*snapshot.Entry, rv uint64) error {
 	if w.wr.gzip {
-		return w.sendInitialGzip(page.Items, rv)
+		return w.sendInitialGzip(ctx, items, rv)
 	}
 	// One burst buffer serves all the initial events, rather than one
 	// grown and dropped per burst: a watch-list of a large resource would
@@ -352,7 +434,7 @@ func (w *watcher) sendInitial(snap *snapshot.Snapshot, rv uint64) error {
 		w.wr.buf = make([]byte, 0, burstBytes+burstBytes/4)
 	}
 	var sent, added int
-	for _, e := range page.Items {
+	for _, e := range items {
 		w.wr.event(wire.Added, e.Raw)
 		added++
 		if len(w.wr.buf) >= burstBytes {
@@ -360,6 +442,9 @@ func (w *watcher) sendInitial(snap *snapshot.Snapshot, rv uint64) error {
 			w.metrics.eventN(w.labels, wire.Added, added)
 			added = 0
 			if err := w.flush(); err != nil {
+				return err
+			}
+			if err := w.interrupted(ctx); err != nil {
 				return err
 			}
 		}
@@ -398,7 +483,7 @@ var watchChunks = func() *gzstitch.Compressor {
 // compresses each object once, not once per informer. Only a watch-list
 // without namespace or selectors builds and caches chunks; a filtered one
 // uses those that fit and compresses the rest at level 1.
-func (w *watcher) sendInitialGzip(items []*snapshot.Entry, rv uint64) (err error) {
+func (w *watcher) sendInitialGzip(ctx context.Context, items []*snapshot.Entry, rv uint64) (err error) {
 	wr := w.wr
 	zw := gzstitch.NewWriter(wr.w)
 	defer func() {
@@ -441,6 +526,9 @@ func (w *watcher) sendInitialGzip(items []*snapshot.Entry, rv uint64) (err error
 			w.metrics.eventN(w.labels, wire.Added, added)
 			pending, added = 0, 0
 			if err := burst(i + 1); err != nil {
+				return err
+			}
+			if err := w.interrupted(ctx); err != nil {
 				return err
 			}
 		}
@@ -540,36 +628,69 @@ func (w *watcher) flush() error {
 	return nil
 }
 
+// startTimers starts the watch's deadline (timeoutSeconds, else a random
+// time in [MinRequestTimeout, 2*MinRequestTimeout), as the apiserver's) and,
+// with bookmarks, its bookmark timer.
+func (w *watcher) startTimers() {
+	clk := w.srv.cfg.Clock
+	timeout := w.d.Timeout
+	if timeout == 0 {
+		timeout = time.Duration(float64(w.srv.cfg.MinRequestTimeout) * (1 + rand.Float64()))
+	}
+	w.deadline = clk.Now().Add(timeout)
+	w.end = clk.NewTimer(timeout)
+	if w.d.Bookmarks {
+		w.bookmarkTimer = clk.NewTimer(w.nextBookmark())
+	}
+}
+
+func (w *watcher) stopTimers() {
+	w.end.Stop()
+	if w.bookmarkTimer != nil {
+		w.bookmarkTimer.Stop()
+	}
+}
+
+// nextBookmark is how long until the next bookmark: BookmarkInterval, or
+// shortly before the deadline when that comes first.
+func (w *watcher) nextBookmark() time.Duration {
+	now := w.srv.cfg.Clock.Now()
+	at := now.Add(w.srv.cfg.BookmarkInterval)
+	if lead := w.deadline.Add(-deadlineBookmarkLead); lead.Before(at) && lead.After(now) {
+		at = lead
+	}
+	return at.Sub(now)
+}
+
+// bookmarkC fires when a bookmark is due; nil (never) without bookmarks.
+func (w *watcher) bookmarkC() <-chan time.Time {
+	if w.bookmarkTimer == nil {
+		return nil
+	}
+	return w.bookmarkTimer.C()
+}
+
+// interrupted returns why the watch must end before its next burst of
+// initial events (the client left, the server shuts down, its deadline
+// passed), or nil.
+func (w *watcher) interrupted(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-w.end.C():
+		return &endError{EndTimeout}
+	default:
+		return nil
+	}
+}
+
 // testHookWait, set by tests only, is called each time a watcher has read
 // every change and waits for the next.
 var testHookWait func(Target)
 
 // stream sends the store's changes until the watch ends, and returns why.
 func (w *watcher) stream(ctx context.Context) string {
-	clk := w.srv.cfg.Clock
-	timeout := w.d.Timeout
-	if timeout == 0 {
-		timeout = time.Duration(float64(w.srv.cfg.MinRequestTimeout) * (1 + rand.Float64()))
-	}
-	deadline := clk.Now().Add(timeout)
-	end := clk.NewTimer(timeout)
-	defer end.Stop()
-	// Bookmarks come every BookmarkInterval, and shortly before the deadline.
-	nextBookmark := func() time.Duration {
-		now := clk.Now()
-		at := now.Add(w.srv.cfg.BookmarkInterval)
-		if lead := deadline.Add(-deadlineBookmarkLead); lead.Before(at) && lead.After(now) {
-			at = lead
-		}
-		return at.Sub(now)
-	}
-	var bookmarkC <-chan time.Time
-	var bt clock.Timer
-	if w.d.Bookmarks {
-		bt = clk.NewTimer(nextBookmark())
-		bookmarkC = bt.C()
-		defer func() { bt.Stop() }()
-	}
 	for {
 		// A watcher of one field value (a node's pods) or one namespace
 		// wakes for changes to its objects only (and for the store's
@@ -604,14 +725,13 @@ func (w *watcher) stream(ctx context.Context) string {
 		case <-changed:
 		case <-ctx.Done():
 			return w.endReason(ctx, ctx.Err())
-		case <-end.C():
+		case <-w.end.C():
 			return EndTimeout
-		case <-bookmarkC:
+		case <-w.bookmarkC():
 			if err := w.progressBookmark(); err != nil {
 				return w.endReason(ctx, err)
 			}
-			bt = clk.NewTimer(nextBookmark())
-			bookmarkC = bt.C()
+			w.bookmarkTimer = w.srv.cfg.Clock.NewTimer(w.nextBookmark())
 		}
 	}
 }

@@ -332,10 +332,15 @@ func TestWatchListAllocatesOneBurstBuffer(t *testing.T) {
 	// The client is gone once the initial events are written: Serve
 	// returns after them.
 	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	defer cancel()
 	r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/?"+q, nil)
 
-	w := &discardWriter{header: http.Header{}}
+	w := &hookWriter{header: http.Header{}}
+	w.onWrite = func() {
+		if w.n >= n*pad {
+			cancel()
+		}
+	}
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)

@@ -22,7 +22,7 @@ var allowed = map[string][]string{
 
 	"pkg/proxy":       {"pkg/auth", "pkg/httpapi"},
 	"pkg/lists":       {"pkg/consistency", "pkg/freshness", "pkg/paging", "pkg/snapshot", "pkg/wire", "pkg/gzstitch", "pkg/httpapi"},
-	"pkg/watch":       {"pkg/gzstitch", "pkg/snapshot", "pkg/wire"},
+	"pkg/watch":       {"pkg/gzstitch", "pkg/httpapi", "pkg/snapshot", "pkg/wire"},
 	"pkg/auth":        {"pkg/httpapi"},
 	"pkg/consistency": {"pkg/snapshot", "pkg/wire", "pkg/httpapi"},
 	"pkg/freshness":   {"pkg/snapshot", "test/framework/binaries", "test/framework/freeport"},

@@ -24,6 +24,7 @@ func (s watchStores) Resolve(r *http.Request, labelSelector, fieldSelector strin
 	target := watch.Target{
 		Resource: t.Resource, Format: t.Format, Type: t.Type, Store: t.Store,
 		Namespace: t.Namespace, Match: t.Match, Wake: t.Wake, Consistent: t.Consistent, Reject: t.Reject,
+		Warnings: t.Warnings, Admit: t.Admit,
 		NotOlderThan: t.NotOlderThan, Holds: t.Holds,
 		WatchListDefaults: t.WatchListDefaults, WatchListGzip: t.WatchListGzip,
 	}
