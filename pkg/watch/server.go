@@ -402,7 +402,7 @@ type watcher struct {
 	bookmarkRV uint64
 	// readRV is the resourceVersion of the last change read from the
 	// cursor (or where it started): the client has every event up to it.
-	readRV uint64
+	readRV  uint64
 	labels  []string
 	metrics *Metrics
 	// deadline is when the watch ends; end fires then. bookmarkTimer
