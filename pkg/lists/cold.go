@@ -40,21 +40,22 @@ const ReasonStoreNotReady Reason = "store_not_ready"
 // cache (cacher ready.go).
 const storeNotReadyMessage = "storage is (re)initializing"
 
-// readyStore returns the request's store, starting it on first demand, and
-// whether it has synced, having waited for its first list up to
-// Config.ColdStoreWait (ctx permitting). The entry is nil only before Run.
+// readyStore returns the request's store, starting it on first demand if
+// admitted (admission.go), and whether it has synced, having waited for its
+// first list up to Config.ColdStoreWait (ctx permitting). Without an entry
+// it returns why: the store was refused, or ReasonNotSynced before Run.
 // A peer's list neither starts a store nor waits: it is served from a
 // synced one or declined.
-func (l *Lists) readyStore(ctx context.Context, req listRequest) (*storeEntry, bool) {
+func (l *Lists) readyStore(ctx context.Context, req listRequest) (*storeEntry, Reason, bool) {
 	if req.peer {
 		entry := l.existingStore(req.info, req.format)
-		return entry, entry != nil && entry.store.Synced()
+		return entry, "", entry != nil && entry.store.Synced()
 	}
-	entry, ok := l.storeFor(req.info, req.format)
+	entry, reason, ok := l.storeFor(ctx, req.info, req.format, false)
 	if !ok {
-		return nil, false
+		return nil, reason, false
 	}
-	return entry, awaitSynced(ctx, entry, l.cfg.ColdStoreWait)
+	return entry, "", awaitSynced(ctx, entry, l.cfg.ColdStoreWait)
 }
 
 // awaitSynced waits until entry's store has synced, for at most wait, and
@@ -95,8 +96,12 @@ func listFailing(entry *storeEntry) bool {
 	return entry.feeder != nil && entry.feeder.ListFailing()
 }
 
-// notReady answers a LIST whose store did not sync in time (see above).
-func (l *Lists) notReady(req listRequest, entry *storeEntry) verdict {
+// notReady answers a LIST whose store did not sync in time (see above), or
+// was not started for it (refused, from readyStore).
+func (l *Lists) notReady(req listRequest, entry *storeEntry, refused Reason) verdict {
+	if refused != "" {
+		return pass(refused)
+	}
 	if entry == nil || listFailing(entry) || req.query.limit > 0 && !req.selectors {
 		return pass(ReasonNotSynced)
 	}

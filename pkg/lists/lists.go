@@ -75,6 +75,17 @@ type Config struct {
 	// Preload names the stores started when Run has read discovery and
 	// kept running (Ready).
 	Preload []Preload
+	// AuthorizeStart, when set, is asked before a request starts a store
+	// that is not preloaded: whether the request's caller (in ctx) may
+	// list gvr in every namespace, as the store's source does. A store is
+	// not started for a caller it refuses; the request passes through
+	// (admission.go). Nil trusts every caller (sidecar mode).
+	AuthorizeStart func(ctx context.Context, gvr schema.GroupVersionResource) bool
+	// MaxStoreBytes: a store that is not preloaded is started only while
+	// the running stores hold fewer bytes (live and history) than this;
+	// otherwise the request passes through. Running stores are never
+	// dropped for it. 0 is no bound.
+	MaxStoreBytes int64
 	// ColdStoreWait bounds how long a LIST or watch waits for its store's
 	// first list (the one sync in flight, started by the first request)
 	// instead of passing through beside it; past it the request gets what
@@ -219,6 +230,9 @@ type storeEntry struct {
 	// prover proves what the store must hold for consistent, exact and
 	// not-older-than reads with etcd.
 	prover *freshness.Prover
+	// bytes is what the store holds, live and history, as last published:
+	// its share of Config.MaxStoreBytes.
+	bytes atomic.Int64
 }
 
 // New builds the snapshot server; Run must be called before it serves.
@@ -384,22 +398,36 @@ func (l *Lists) existingStore(info *resourceInfo, format wire.Format) *storeEntr
 }
 
 // storeFor returns the store of a resource in a representation, starting
-// its feeder on first demand.
-func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, bool) {
+// its feeder on first demand if admitStart admits it for the caller of ctx
+// (admission.go); preload starts a preloaded store. Without a store it
+// returns the pass-through reason: ReasonNotSynced before Run, or why the
+// store was not started.
+func (l *Lists) storeFor(ctx context.Context, info *resourceInfo, format wire.Format, preload bool) (*storeEntry, Reason, bool) {
 	if e := l.existingStore(info, format); e != nil {
-		return e, true
+		return e, "", true
+	}
+	start := startRequest{preloaded: preload || l.isPreloaded(info, format), budget: l.cfg.MaxStoreBytes}
+	if !start.preloaded {
+		// A review may reach the apiserver: not under l.mu.
+		start.authorized = l.authorizedToStart(ctx, info)
 	}
 	key := storeKey{gvr: info.GVR, format: format}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ctx == nil {
-		return nil, false
+		return nil, ReasonNotSynced, false
 	}
 	e, ok := l.stores[key]
 	if ok && e.info.fingerprint == info.fingerprint {
 		e.lastUsed.Store(time.Now().UnixNano())
-		return e, true
-	} else if ok {
+		return e, "", true
+	}
+	start.used = l.storeBytesLocked()
+	if reason, admitted := admitStart(start); !admitted {
+		l.refuseStart(info, format, reason, start.used)
+		return nil, reason, false
+	}
+	if ok {
 		// Discovery changed the resource under us: rebuild.
 		e.cancel()
 	}
@@ -409,17 +437,24 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 	}
 	name := info.GVR.String() + "/" + format.String()
 	observe := l.cfg.StoreMetrics.For(info.GVR.GroupResource().String(), format.String())
+	e = &storeEntry{info: info, started: time.Now()}
+	entry := e
 	store := snapshot.NewStore(snapshot.StoreConfig{
 		IndexField:      indexField,
 		History:         l.cfg.History,
 		HistoryMaxBytes: l.cfg.HistoryMaxBytes,
 		HistoryMaxRatio: l.cfg.HistoryMaxRatio,
-		OnPublish:       observe.OnPublish,
-		Pack:            func(items [][]byte) [][]byte { return wire.PackItems(format, items) },
+		OnPublish: func(s snapshot.Stats) {
+			entry.bytes.Store(s.Bytes + s.HistoryBytes)
+			if observe.OnPublish != nil {
+				observe.OnPublish(s)
+			}
+		},
+		Pack: func(items [][]byte) [][]byte { return wire.PackItems(format, items) },
 	})
 	source := &apiSource{client: l.client, host: strings.TrimSuffix(l.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
-	ctx, cancel := context.WithCancel(l.ctx)
-	e = &storeEntry{store: store, source: source, info: info, ctx: ctx, cancel: cancel, started: time.Now()}
+	storeCtx, cancel := context.WithCancel(l.ctx)
+	e.store, e.source, e.ctx, e.cancel = store, source, storeCtx, cancel
 	var warm snapshot.Lister
 	if l.peerClient != nil {
 		warm = peerSource{main: source, peer: &apiSource{client: l.peerClient, host: l.peerHost, path: source.path, format: format, custom: info.Custom, peer: true}}
@@ -443,8 +478,7 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 	if l.cfg.Freshness != nil {
 		prefix = l.cfg.EtcdPrefix(info.GVR.GroupResource(), info.Custom)
 	}
-	entry := e
-	e.prover = freshness.NewProver(ctx, freshness.ProverConfig{
+	e.prover = freshness.NewProver(storeCtx, freshness.ProverConfig{
 		Checker:    l.cfg.Freshness,
 		Store:      store,
 		Resource:   info.GVR.GroupResource().String(),
@@ -454,11 +488,11 @@ func (l *Lists) storeFor(info *resourceInfo, format wire.Format) (*storeEntry, b
 		Metrics:    l.cfg.FreshnessMetrics,
 		Behind:     func(rv uint64, proven time.Time) { l.checkLag(entry, rv, proven) },
 	})
-	go feeder.Run(ctx)
+	go feeder.Run(storeCtx)
 	e.lastUsed.Store(time.Now().UnixNano())
 	l.stores[key] = e
-	klog.InfoS("Started snapshot store", "resource", info.GVR.String(), "format", format.String())
-	return e, true
+	klog.InfoS("Started snapshot store", "resource", info.GVR.String(), "format", format.String(), "preloaded", start.preloaded)
+	return e, "", true
 }
 
 func collectionPath(gvr schema.GroupVersionResource) string {

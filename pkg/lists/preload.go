@@ -146,7 +146,7 @@ func (l *Lists) ensurePreloaded() {
 			klog.V(1).InfoS("Preloaded resource not served: not in discovery, not list+watch, or excluded by --resources", "resource", p.String())
 			continue
 		}
-		if e, ok := l.storeFor(info, p.formatFor(info)); ok {
+		if e, _, ok := l.storeFor(context.Background(), info, p.formatFor(info), true); ok {
 			e.preloaded.Store(true)
 		}
 	}

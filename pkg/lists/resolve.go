@@ -124,9 +124,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		// Our continue token: the snapshot at its RV; a newer replica's
 		// token is proven with etcd; 410 once etcd compacted it; else the
 		// apiserver continues the list at the same RV.
-		entry, ok := l.readyStore(ctx, req)
+		entry, refused, ok := l.readyStore(ctx, req)
 		if !ok {
-			return l.notReady(req, entry)
+			return l.notReady(req, entry, refused)
 		}
 		// A token from another replica may be at a revision this one has
 		// not seen.
@@ -152,9 +152,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		if l.cfg.Freshness == nil {
 			return pass(ReasonNoEtcd)
 		}
-		entry, ok := l.readyStore(ctx, req)
+		entry, refused, ok := l.readyStore(ctx, req)
 		if !ok {
-			return l.notReady(req, entry)
+			return l.notReady(req, entry, refused)
 		}
 		snap, rv, outcome := entry.prover.Consistent(ctx)
 		if snap == nil {
@@ -167,9 +167,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 
 	case paging.ServeLatest:
 		// resourceVersion="0": the latest snapshot, no wait.
-		entry, ok := l.readyStore(ctx, req)
+		entry, refused, ok := l.readyStore(ctx, req)
 		if !ok {
-			return l.notReady(req, entry)
+			return l.notReady(req, entry, refused)
 		}
 		snap, rv, err := entry.store.Latest()
 		if err != nil {
@@ -180,9 +180,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 	case paging.ServeNotOlderThan:
 		// resourceVersion=N, NotOlderThan: the latest snapshot once it
 		// reaches N; 504 when etcd itself is behind N; else pass through.
-		entry, ok := l.readyStore(ctx, req)
+		entry, refused, ok := l.readyStore(ctx, req)
 		if !ok {
-			return l.notReady(req, entry)
+			return l.notReady(req, entry, refused)
 		}
 		snap, rv, err := entry.prover.NotOlderThan(ctx, d.RV, l.cfg.NotOlderThanWait)
 		var tooLarge *freshness.TooLargeError
@@ -197,9 +197,9 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 	case paging.ServeExact:
 		// resourceVersion=N, Exact: the retained snapshot holding the
 		// state at N.
-		entry, ok := l.readyStore(ctx, req)
+		entry, refused, ok := l.readyStore(ctx, req)
 		if !ok {
-			return l.notReady(req, entry)
+			return l.notReady(req, entry, refused)
 		}
 		// May be newer than the store has seen (a reflector relisting at an
 		// RV from its watch through the apiserver).

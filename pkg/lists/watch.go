@@ -74,7 +74,7 @@ func (l *Lists) CacheableWatch(r *http.Request, labelSelector, fieldSelector str
 }
 
 // ResolveWatch returns the synced store and scope of the watch r, starting
-// the store on first demand and waiting for its first list up to
+// the store on first demand if admitted (admission.go) and waiting for its first list up to
 // Config.ColdStoreWait, or ok false (pass through, or Reject) and why. The store
 // is held (never idle) until Release is called.
 func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector string) (WatchTarget, string, bool) {
@@ -87,9 +87,9 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 		return t, reason, false
 	}
 	resource := req.info.GVR.GroupResource().String()
-	entry, ok := l.storeFor(req.info, req.format)
+	entry, refused, ok := l.storeFor(r.Context(), req.info, req.format, false)
 	if !ok {
-		return WatchTarget{Resource: resource}, string(ReasonNotSynced), false
+		return WatchTarget{Resource: resource}, string(refused), false
 	}
 	if !awaitSynced(r.Context(), entry, l.cfg.ColdStoreWait) {
 		// As the apiserver's unready watch cache: 429 (cold.go), unless the

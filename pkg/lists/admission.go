@@ -1,0 +1,115 @@
+package lists
+
+import (
+	"context"
+
+	"k8s.io/klog/v2"
+
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// Store admission (docs/design.md "Service mode", "Who starts a store").
+// A store lists and holds a resource's whole collection, whoever asked for
+// it, so starting one is decided apart from serving one: a request finds a
+// running store of its resource and representation and is served from it
+// (its caller's own authorization is the edge's business), or it may start
+// the store only when
+//
+//   - the store is preloaded (Config.Preload), or
+//   - Config.AuthorizeStart is nil (sidecar mode: the one client is
+//     trusted), or says the request's caller may list the resource in
+//     every namespace, as the store's source does,
+//
+// and, unless preloaded, the running stores hold fewer bytes than
+// Config.MaxStoreBytes. Otherwise the request passes through with
+// ReasonStoreNotAuthorized or ReasonStoreOverBudget, and the refusal is
+// counted in listproxy_stores_refused_total.
+
+// Reasons a read passes through because its store is not running and was
+// not started for it (listproxy_lists_total and
+// listproxy_watch_passed_through_total).
+const (
+	ReasonStoreNotAuthorized Reason = "store_not_authorized" // the caller may not list the resource cluster-wide
+	ReasonStoreOverBudget    Reason = "store_over_budget"    // the stores hold Config.MaxStoreBytes or more
+)
+
+// Values of the "reason" label of listproxy_stores_refused_total.
+const (
+	refusedNotAuthorized = "not_authorized"
+	refusedOverBudget    = "over_budget"
+)
+
+// startRequest is what admitStart decides on.
+type startRequest struct {
+	// preloaded: Config.Preload names the store.
+	preloaded bool
+	// authorized: the caller may list the resource cluster-wide, or is
+	// trusted (sidecar mode).
+	authorized bool
+	// budget is Config.MaxStoreBytes (0: no bound); used is what the
+	// running stores hold.
+	budget, used int64
+}
+
+// admitStart decides whether a store that is not running may be started,
+// and if not why (a pass-through reason). A preloaded store is always
+// started and counts against the budget of later ones. An unauthorized
+// caller is refused as such whatever the budget, so that
+// listproxy_stores_refused_total{reason="over_budget"} counts only
+// callers the budget turned away.
+func admitStart(s startRequest) (Reason, bool) {
+	switch {
+	case s.preloaded:
+		return "", true
+	case !s.authorized:
+		return ReasonStoreNotAuthorized, false
+	case s.budget > 0 && s.used >= s.budget:
+		return ReasonStoreOverBudget, false
+	}
+	return "", true
+}
+
+// refusedLabel is the listproxy_stores_refused_total reason of a refusal.
+func refusedLabel(reason Reason) string {
+	if reason == ReasonStoreOverBudget {
+		return refusedOverBudget
+	}
+	return refusedNotAuthorized
+}
+
+// isPreloaded reports whether Config.Preload names the store of info in
+// format (in the resource's preferred version).
+func (l *Lists) isPreloaded(info *resourceInfo, format wire.Format) bool {
+	for _, p := range l.cfg.Preload {
+		if p.Resource != info.GVR.GroupResource() || p.formatFor(info) != format {
+			continue
+		}
+		if preferred, ok := l.registry.preferred(p.Resource); ok && preferred.GVR == info.GVR {
+			return true
+		}
+	}
+	return false
+}
+
+// storeBytesLocked is what the running stores hold: each one's live and
+// history bytes as last published. l.mu must be held.
+func (l *Lists) storeBytesLocked() int64 {
+	var n int64
+	for _, e := range l.stores {
+		n += e.bytes.Load()
+	}
+	return n
+}
+
+// authorizedToStart reports whether the caller of ctx may start a store of
+// info: always without Config.AuthorizeStart (sidecar mode).
+func (l *Lists) authorizedToStart(ctx context.Context, info *resourceInfo) bool {
+	return l.cfg.AuthorizeStart == nil || l.cfg.AuthorizeStart(ctx, info.GVR)
+}
+
+// refuseStart counts and logs a store not started for a request.
+func (l *Lists) refuseStart(info *resourceInfo, format wire.Format, reason Reason, used int64) {
+	l.cfg.Metrics.storeRefused(info.GVR.GroupResource().String(), refusedLabel(reason))
+	klog.V(2).InfoS("Snapshot store not started; the request passes through", "resource", info.GVR.String(), "format", format.String(),
+		"reason", string(reason), "storeBytes", used, "maxStoreBytes", l.cfg.MaxStoreBytes)
+}
