@@ -67,7 +67,8 @@ type Config struct {
 	// authenticator does: listproxy tells token callers from certificate
 	// callers that way.
 	Authenticator authenticator.Request
-	// Authorizer, if set, replaces the delegating authorizer (tests).
+	// Authorizer, if set, replaces the delegating authorizer: tests, or
+	// one built by NewAuthorizer and shared with MayListAll.
 	Authorizer authorizer.Authorizer
 }
 
@@ -98,17 +99,14 @@ func New(cfg *Config, upstream *rest.Config, reg prometheus.Registerer) (*Auth, 
 		return nil, err
 	}
 	a := &Auth{authn: cfg.Authenticator, authz: cfg.Authorizer, metrics: m}
-	if a.authn != nil && a.authz != nil {
-		return a, nil
+	if a.authz == nil {
+		if a.authz, err = NewAuthorizer(cfg, upstream); err != nil {
+			return nil, err
+		}
 	}
-	reviewCfg := rest.CopyConfig(upstream)
-	reviewCfg.Timeout = reviewTimeout
-	// The delegating authorizer's cache is not observable; a review that
-	// reaches the apiserver marks its request's context instead.
-	reviewCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return reviewRecorder{rt} })
-	backoff := reviewRetryBackoff
 	if a.authn == nil {
-		client, err := authenticationv1.NewForConfig(reviewCfg)
+		backoff := reviewRetryBackoff
+		client, err := authenticationv1.NewForConfig(reviewConfig(upstream))
 		if err != nil {
 			return nil, fmt.Errorf("tokenreview client: %w", err)
 		}
@@ -125,23 +123,68 @@ func New(cfg *Config, upstream *rest.Config, reg prometheus.Registerer) (*Auth, 
 		}
 		a.authn = authn
 	}
-	if a.authz == nil {
-		client, err := authorizationv1.NewForConfig(reviewCfg)
-		if err != nil {
-			return nil, fmt.Errorf("subjectaccessreview client: %w", err)
-		}
-		authz, err := authorizerfactory.DelegatingAuthorizerConfig{
-			SubjectAccessReviewClient: client,
-			AllowCacheTTL:             cfg.AllowTTL,
-			DenyCacheTTL:              cfg.DenyTTL,
-			WebhookRetryBackoff:       &backoff,
-		}.New()
-		if err != nil {
-			return nil, fmt.Errorf("delegating authorizer: %w", err)
-		}
-		a.authz = authz
-	}
 	return a, nil
+}
+
+// reviewConfig is upstream's configuration for sending reviews.
+func reviewConfig(upstream *rest.Config) *rest.Config {
+	reviewCfg := rest.CopyConfig(upstream)
+	reviewCfg.Timeout = reviewTimeout
+	// The delegating authorizer's cache is not observable; a review that
+	// reaches the apiserver marks its request's context instead.
+	reviewCfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return reviewRecorder{rt} })
+	return reviewCfg
+}
+
+// NewAuthorizer builds the authorizer New uses when cfg.Authorizer is nil:
+// k8s.io/apiserver's delegating authorizer, sending SubjectAccessReviews
+// with upstream's credentials and caching their answers for cfg.AllowTTL
+// and cfg.DenyTTL. Set as cfg.Authorizer and given to MayListAll, one cache
+// serves the edge's reviews and those of starting a store.
+func NewAuthorizer(cfg *Config, upstream *rest.Config) (authorizer.Authorizer, error) {
+	client, err := authorizationv1.NewForConfig(reviewConfig(upstream))
+	if err != nil {
+		return nil, fmt.Errorf("subjectaccessreview client: %w", err)
+	}
+	backoff := reviewRetryBackoff
+	authz, err := authorizerfactory.DelegatingAuthorizerConfig{
+		SubjectAccessReviewClient: client,
+		AllowCacheTTL:             cfg.AllowTTL,
+		DenyCacheTTL:              cfg.DenyTTL,
+		WebhookRetryBackoff:       &backoff,
+	}.New()
+	if err != nil {
+		return nil, fmt.Errorf("delegating authorizer: %w", err)
+	}
+	return authz, nil
+}
+
+// MayListAll reports whether the caller of ctx (set by Authenticate) may
+// list gvr's resource in every namespace, which is what a snapshot store's
+// source does on the caller's behalf (docs/rbac.md): a SubjectAccessReview
+// for list at the cluster scope, answered by authz (and its cache). It is
+// false without a caller, on a denial, and when the review fails.
+func MayListAll(ctx context.Context, authz authorizer.Authorizer, gvr schema.GroupVersionResource) bool {
+	c, ok := CallerFrom(ctx)
+	if !ok {
+		return false
+	}
+	attrs := authorizer.AttributesRecord{
+		User:            c.user,
+		Verb:            "list",
+		APIGroup:        gvr.Group,
+		APIVersion:      gvr.Version,
+		Resource:        gvr.Resource,
+		ResourceRequest: true,
+	}
+	decision, _, err := authz.Authorize(ctx, attrs)
+	if decision == authorizer.DecisionAllow {
+		return true
+	}
+	if err != nil {
+		klog.ErrorS(err, "SubjectAccessReview for a cluster-wide list failed; starting no store for the caller", "user", c.user.GetName(), "resource", gvr.String())
+	}
+	return false
 }
 
 // Caller is an authenticated caller, stored in its request's context.

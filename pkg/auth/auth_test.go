@@ -1,9 +1,12 @@
 package auth
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -11,6 +14,8 @@ import (
 	"go.uber.org/goleak"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/client-go/rest"
 )
 
@@ -18,9 +23,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// reviewServer answers TokenReviews (token "alice-token" is alice) and
-// SubjectAccessReviews (alice may list pods in namespace a) as the
-// apiserver does, counting each.
+// reviewServer answers TokenReviews (token "alice-token" is alice,
+// "carol-token" carol) and SubjectAccessReviews (alice may list pods in
+// namespace a, carol in every namespace) as the apiserver does, counting
+// each.
 type reviewServer struct {
 	tokenReviews, accessReviews atomic.Int64
 }
@@ -35,8 +41,8 @@ func (s *reviewServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if review.Spec.Token == "alice-token" {
-			review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: "alice"}}
+		if user, ok := strings.CutSuffix(review.Spec.Token, "-token"); ok && (user == "alice" || user == "carol") {
+			review.Status = authenticationv1.TokenReviewStatus{Authenticated: true, User: authenticationv1.UserInfo{Username: user}}
 		}
 		_ = json.NewEncoder(w).Encode(review)
 	case "/apis/authorization.k8s.io/v1/subjectaccessreviews":
@@ -47,7 +53,8 @@ func (s *reviewServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ra := review.Spec.ResourceAttributes
-		review.Status.Allowed = review.Spec.User == "alice" && ra != nil && ra.Verb == "list" && ra.Resource == "pods" && ra.Namespace == "a"
+		listsPods := ra != nil && ra.Verb == "list" && ra.Resource == "pods"
+		review.Status.Allowed = listsPods && (review.Spec.User == "alice" && ra.Namespace == "a" || review.Spec.User == "carol")
 		_ = json.NewEncoder(w).Encode(review)
 	default:
 		http.NotFound(w, r)
@@ -100,5 +107,66 @@ func TestDelegatedReviewsCached(t *testing.T) {
 		if n, m := reviews.tokenReviews.Load(), reviews.accessReviews.Load(); n != tc.wantTokenReviews || m != tc.wantSARs {
 			t.Errorf("%s: %d TokenReviews and %d SubjectAccessReviews so far, want %d and %d", tc.name, n, m, tc.wantTokenReviews, tc.wantSARs)
 		}
+	}
+}
+
+// TestMayListAll: a store may be started only for a caller who may list the
+// resource in every namespace; the review is at the cluster scope whatever
+// namespace the request named, its answer is cached, and anything but an
+// allow (no caller, a denial, a failed review) is false.
+func TestMayListAll(t *testing.T) {
+	reviews := &reviewServer{}
+	srv := httptest.NewServer(reviews)
+	defer srv.Close()
+	cfg := DefaultConfig()
+	upstream := &rest.Config{Host: srv.URL}
+	authz, err := NewAuthorizer(&cfg, upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Authorizer = authz
+	a, err := New(&cfg, upstream, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return authorizer.DecisionNoOpinion, "", errors.New("review failed")
+	})
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	secrets := schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	tests := []struct {
+		name     string
+		token    string // "": no caller
+		authz    authorizer.Authorizer
+		gvr      schema.GroupVersionResource
+		want     bool
+		wantSARs int64 // so far
+	}{
+		{name: "namespace_only", token: "alice-token", authz: authz, gvr: pods, want: false, wantSARs: 1},
+		{name: "cluster_wide", token: "carol-token", authz: authz, gvr: pods, want: true, wantSARs: 2},
+		{name: "cluster_wide_cached", token: "carol-token", authz: authz, gvr: pods, want: true, wantSARs: 2},
+		{name: "other_resource", token: "carol-token", authz: authz, gvr: secrets, want: false, wantSARs: 3},
+		{name: "namespace_only_cached", token: "alice-token", authz: authz, gvr: pods, want: false, wantSARs: 3},
+		{name: "no_caller", authz: authz, gvr: pods, want: false, wantSARs: 3},
+		{name: "review_failed", token: "carol-token", authz: failing, gvr: pods, want: false, wantSARs: 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// A namespaced request: the review is at the cluster scope anyway.
+			r := httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/a/pods", nil)
+			if tc.token != "" {
+				r.Header.Set("Authorization", "Bearer "+tc.token)
+				var ok bool
+				if r, ok = a.Authenticate(httptest.NewRecorder(), r); !ok {
+					t.Fatalf("%s not authenticated", tc.token)
+				}
+			}
+			if got := MayListAll(r.Context(), tc.authz, tc.gvr); got != tc.want {
+				t.Errorf("MayListAll = %v, want %v", got, tc.want)
+			}
+			if got := reviews.accessReviews.Load(); got != tc.wantSARs {
+				t.Errorf("%d SubjectAccessReviews so far, want %d", got, tc.wantSARs)
+			}
+		})
 	}
 }
