@@ -41,6 +41,7 @@ type CacheOptions struct {
 	SnapshotHistoryMaxBytes int64
 	SnapshotHistoryMaxRatio float64
 	IdleResourceTTL         time.Duration
+	MaxStoreBytes           int64
 	ContinueTokenKeysFile   string
 	LimitForRV0             bool
 	ListScanBudget          int
@@ -122,6 +123,7 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"Bound on the bytes held only by snapshot history relative to the live snapshot's bytes, per resource and representation (0.1: history adds at most 10%, but at least 4 MiB is allowed); pinned continue-token snapshots older than the kept history are released (their tokens are handed to the apiserver). 0 for no relative bound.")
 	fs.DurationVar(&o.IdleResourceTTL, "idle-resource-ttl", o.IdleResourceTTL,
 		"Drop a resource's snapshots after this long without a LIST; 0 keeps them forever.")
+	o.addStoreFlags(fs)
 	fs.StringVar(&o.ContinueTokenKeysFile, "continue-token-keys-file", o.ContinueTokenKeysFile,
 		"File of continue-token keys, one per line, base64 of 32 random bytes; the first seals, all open; re-read when it changes. Share it between replicas. Empty: a random key per process (tokens do not survive restarts).")
 	fs.BoolVar(&o.LimitForRV0, "limit-for-resource-version-0", o.LimitForRV0,
@@ -166,6 +168,7 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 
 func (o *CacheOptions) validate() []error {
 	var errs []error
+	errs = append(errs, o.validateStores()...)
 	if o.ConsistentReadFallback != "apiserver" && o.ConsistentReadFallback != "reject" {
 		errs = append(errs, fmt.Errorf("--consistent-read-fallback: must be apiserver or reject, got %q", o.ConsistentReadFallback))
 	}
@@ -344,6 +347,8 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 		HistoryMaxBytes:       o.SnapshotHistoryMaxBytes,
 		HistoryMaxRatio:       o.SnapshotHistoryMaxRatio,
 		IdleTTL:               o.IdleResourceTTL,
+		AuthorizeStart:        authorizeStart(cfg.Auth),
+		MaxStoreBytes:         o.MaxStoreBytes,
 		NotOlderThanWait:      o.NotOlderThanWait,
 		LimitForRV0:           o.LimitForRV0,
 		ScanBudget:            o.ListScanBudget,

@@ -40,6 +40,12 @@ func Run(ctx context.Context, cfg *Config) error {
 		}
 	}
 
+	// One review cache for the edge and store admission (stores.go).
+	cfg, err := withSharedAuthorizer(cfg)
+	if err != nil {
+		return err
+	}
+
 	// Snapshots outlive ctx until in-flight requests have drained.
 	cacheCtx, stopCache := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCache()
