@@ -155,6 +155,9 @@ func TestAuthDelegated(t *testing.T) {
 		"--authentication=delegated",
 		"--client-ca-file="+cp.CAFile,
 		"--resources=pods",
+		// alice may not start a store (she reads one namespace): the
+		// store she is served from is preloaded.
+		"--preload=pods/json",
 		"--authorization-allow-ttl="+authTTL.String(),
 		"--authorization-deny-ttl="+authTTL.String(),
 	)
@@ -369,7 +372,7 @@ func TestAuthzCache(t *testing.T) {
 	if _, err := admin.RbacV1().RoleBindings("a").Create(ctx, authBinding("a", authSubjectAlice), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	lp := framework.StartListproxy(t, cp, "--authentication=delegated", "--resources=pods")
+	lp := framework.StartListproxy(t, cp, "--authentication=delegated", "--resources=pods", "--preload=pods/json")
 	alice := lp.UserConfig(framework.UserAlice)
 	const path = "/api/v1/namespaces/a/pods?resourceVersion=0"
 	authWaitFor(t, "LIST served from the snapshot", 30*time.Second, func() bool {

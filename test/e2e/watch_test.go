@@ -639,6 +639,9 @@ func TestWatchServiceMode(t *testing.T) {
 		"--resources=pods", "--etcd-servers="+cp.EtcdEndpoint)
 	alice := lp.UserConfig(framework.UserAlice)
 	podsInA := "/api/v1/namespaces/" + ns + "/pods"
+	// alice may not start stores (she reads one namespace); the admin's
+	// reads start them, and they serve alice.
+	warmUp(ctx, t, newRawClient(t, lp.UserConfig(framework.UserAdmin)), []target{{path: podsInA}})
 	warmUp(ctx, t, newRawClient(t, alice), []target{{path: podsInA}})
 
 	authSameRefusal(t, lp.UserConfig(framework.UserBob), cp.UserConfig(framework.UserBob), podsInA+"?watch=1&timeoutSeconds=1", http.StatusForbidden)
