@@ -100,3 +100,27 @@ impersonate-on:user-info:VERB for a list of request verbs, as a JSON list.
 {{- end }}
 {{- toJson $verbs }}
 {{- end }}
+
+{{/*
+maxStoreBytes is --max-store-bytes: cache.maxStoreBytes when set (0: no
+bound); otherwise, in service mode, half of resources.limits.memory
+(listproxy's RSS is measured at 1.4-1.7x its stores' bytes), and nothing
+(no bound) in sidecar mode or without a memory limit.
+*/}}
+{{- define "listproxy.maxStoreBytes" -}}
+{{- $set := .Values.cache.maxStoreBytes }}
+{{- $limit := dig "limits" "memory" "" (.Values.resources | default dict) | toString }}
+{{- if not (kindIs "invalid" $set) }}
+{{- printf "%.0f" (float64 $set) }}
+{{- else if and (eq .Values.mode "service") $limit }}
+{{- $units := dict "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "k" 1000.0 "M" 1000000.0 "G" 1000000000.0 "T" 1000000000000.0 }}
+{{- $suffix := regexFind "(Ki|Mi|Gi|Ti|k|M|G|T)$" $limit }}
+{{- $unit := 1.0 }}
+{{- if $suffix }}{{ $unit = get $units $suffix }}{{ end }}
+{{- $number := trimSuffix $suffix $limit }}
+{{- if not (regexMatch "^[0-9]+(\\.[0-9]+)?$" $number) }}
+{{- fail (printf "resources.limits.memory %q: want a number with an optional Ki, Mi, Gi, Ti, k, M, G or T suffix, or set cache.maxStoreBytes" $limit) }}
+{{- end }}
+{{- printf "%.0f" (divf (mulf (float64 $number) $unit) 2) }}
+{{- end }}
+{{- end }}
