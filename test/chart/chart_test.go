@@ -80,6 +80,8 @@ var variants = []variant{
 				"--shutdown-delay=5s",
 				"--shutdown-grace-period=20s",
 				"--continue-token-keys-file=/etc/listproxy/continue-token-keys/keys",
+				// Half the 2Gi memory limit.
+				"--max-store-bytes=1073741824",
 			}, []string{"--etcd-servers", "--tls-cert-file", "--authentication=none", "--warm-from"})
 			if got := d.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != 30 {
 				t.Errorf("terminationGracePeriodSeconds = %v, want 30 (above the shutdown delay and grace period)", got)
@@ -165,6 +167,27 @@ var variants = []variant{
 		},
 	},
 	{
+		name: "service_store_budget_follows_memory_limit",
+		args: []string{"--set", "resources.limits.memory=3000Mi"},
+		check: func(t *testing.T, r rendered) {
+			wantArgs(t, listproxyContainer(t, r.deployment(t)), []string{"--max-store-bytes=1572864000"}, nil)
+		},
+	},
+	{
+		name: "service_store_budget_unbounded",
+		args: []string{"--set", "cache.maxStoreBytes=0"},
+		check: func(t *testing.T, r rendered) {
+			wantArgs(t, listproxyContainer(t, r.deployment(t)), []string{"--max-store-bytes=0"}, nil)
+		},
+	},
+	{
+		name: "service_store_budget_given",
+		args: []string{"--set", "cache.maxStoreBytes=5000000000"},
+		check: func(t *testing.T, r rendered) {
+			wantArgs(t, listproxyContainer(t, r.deployment(t)), []string{"--max-store-bytes=5000000000"}, nil)
+		},
+	},
+	{
 		name: "sidecar_single_tenant",
 		args: []string{"--set", "mode=sidecar", "--set", "cache.resources={pods,nodes}", "--set", "cache.preload=null"},
 		check: func(t *testing.T, r rendered) {
@@ -174,7 +197,7 @@ var variants = []variant{
 				"--listen-address=127.0.0.1:8001",
 				"--authentication=none",
 				"--resources=pods,nodes",
-			}, []string{"--authentication=delegated", "--listen-address=0.0.0.0:8443", "--preload"})
+			}, []string{"--authentication=delegated", "--listen-address=0.0.0.0:8443", "--preload", "--max-store-bytes"})
 			checkHardening(t, d, c)
 			if c.LivenessProbe != nil || c.ReadinessProbe != nil {
 				t.Error("sidecar mode sets HTTP probes; kubelet cannot reach a loopback listener")
@@ -304,6 +327,8 @@ func TestTemplateRejects(t *testing.T) {
 		{"sidecar_service_monitor", []string{"--set", "mode=sidecar", "--set", "metrics.serviceMonitor.enabled=true"}, "needs mode=service"},
 		{"etcd_tls_without_servers", []string{"--set", "etcd.tlsSecretName=etcd-client"}, "etcd.servers is empty"},
 		{"pdb_both_bounds", []string{"--set", "podDisruptionBudget.minAvailable=1"}, "only one of minAvailable and maxUnavailable"},
+		{"unparsable_memory_limit", []string{"--set", "resources.limits.memory=lots"}, "or set cache.maxStoreBytes"},
+		{"negative_store_budget", []string{"--set", "cache.maxStoreBytes=-1"}, "maxStoreBytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"template", release, h.chart}, tc.args...)
