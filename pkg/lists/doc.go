@@ -1,7 +1,8 @@
 // Package lists is listproxy's LIST server: it decides which LIST requests
 // it can answer (parsing the collection path and query, negotiating the
 // representation), keeps one snapshot store per resource and representation
-// (started on first demand, dropped when idle or when discovery changes),
+// (preloaded, or started on the first demand of a caller admitted to start
+// it: admission.go; dropped when idle or when discovery changes),
 // maps each cacheable LIST onto the semantics table (resolve) and answers it
 // from a snapshot (respond: admission, page, continue token, bytes, gzip), or
 // leaves it to the apiserver, handing over its own continue tokens.

@@ -81,6 +81,7 @@ func TestValidate(t *testing.T) {
 		{name: "zero_watch_timeouts", mutate: func(o *Options) { o.Cache.WatchStallTimeout, o.Cache.WatchLagTimeout = 0, 0 },
 			wantErrs: []string{"--watch-stall-timeout and --watch-lag-timeout: must be positive"}},
 		{name: "bad_accept_hosts", mutate: func(o *Options) { o.Auth.AcceptHosts = `^ok$,(` }, wantErrs: []string{"--accept-hosts"}},
+		{name: "negative_store_budget", mutate: func(o *Options) { o.Cache.MaxStoreBytes = -1 }, wantErrs: []string{"--max-store-bytes: must not be negative"}},
 		{name: "unbounded_inflight", mutate: func(o *Options) {
 			o.Cache.MaxInflightLists, o.Cache.MaxInflightListBytes, o.Cache.ListQueueWait, o.Cache.ListWriteTimeout = 0, 0, 0, 0
 		}},
