@@ -44,13 +44,19 @@ test: deps test-unit test-e2e test-compat
 test-unit:
 	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/imports/
 
+# The e2e package runs in two parts, each under its own timeout: the watch,
+# replica and store-lifecycle tests, then everything else (with the chart,
+# framework and import tests).
+E2E_PART1 := ^(TestWatch|TestWarm|TestReplicas|TestDrain|TestManyWatchers|TestStalled|TestKubectlWait|TestAPIServerRestartMidWatch|TestOddResourceVersions|TestStore|TestLoad)
+
 test-e2e:
-	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 25m ./test/...
+	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 20m -run '$(E2E_PART1)' ./test/e2e/
+	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 20m -skip '$(E2E_PART1)' ./test/...
 
 # The e2e tests whose answers depend most on the apiserver's version: the
 # differential and linearizability checks, paging and continue tokens, bad
 # input, informers, and watch serving.
-COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestWatchThroughListproxy|TestKubectlThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestDiscoveryFollowsCRDs|TestWatchFollowsFeatureGates|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode)$$
+COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestWatchThroughListproxy|TestKubectlThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestDiscoveryFollowsCRDs|TestWatchFollowsFeatureGates|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode|TestOddResourceVersions)$$
 
 ## test-compat: the version-sensitive e2e tests against KUBE_COMPAT_VERSION
 test-compat:
