@@ -428,9 +428,16 @@ func (w *watcher) sendInitial(ctx context.Context, items []*snapshot.Entry, rv u
 	// grown and dropped per burst: a watch-list of a large resource would
 	// otherwise allocate its whole size again, and the garbage collector
 	// (listproxy runs with a low GOGC) would mark the stores for it.
+	// Initial events smaller than a burst (a node agent's few pods) take a
+	// pooled buffer instead.
 	w.wr.keep = true
 	defer w.wr.release()
-	if cap(w.wr.buf) < burstBytes {
+	switch {
+	case initialBytes(items) < burstBytes:
+		if w.wr.buf == nil {
+			w.wr.buf = getBurst()
+		}
+	case cap(w.wr.buf) < burstBytes:
 		w.wr.buf = make([]byte, 0, burstBytes+burstBytes/4)
 	}
 	var sent, added int
@@ -458,6 +465,19 @@ func (w *watcher) sendInitial(ctx context.Context, items []*snapshot.Entry, rv u
 	sent += len(w.wr.buf)
 	w.metrics.initial(w.labels, sent)
 	return w.flush()
+}
+
+// initialBytes is about how many bytes the initial events of items take,
+// counted up to burstBytes: each object and its frame, and the end bookmark.
+func initialBytes(items []*snapshot.Entry) int {
+	const frame, bookmark = 64, 512 // event framing per object; the end bookmark
+	n := bookmark
+	for _, e := range items {
+		if n += len(e.Raw) + frame; n >= burstBytes {
+			break
+		}
+	}
+	return n
 }
 
 // watchChunkLevel is the compress/flate level at which the ADDED frames of
