@@ -149,3 +149,25 @@ func checkBookmarkOrder(d *wire.WatchDecoder, limit int) (violations []string, b
 	}
 	return violations, bookmarks
 }
+
+// TestStopMatchingDeletedCarriesPreviousState: an object that stops
+// matching a watcher's selector is DELETED for it with its last state that
+// matched, at the change's resourceVersion, as the watch cache's
+// convertToWatchEvent sends it, not with the state that no longer matches.
+func TestStopMatchingDeletedCarriesPreviousState(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
+	ts := serve(t, store, nil)
+	d := open(t, ts.URL+"?watch=1&resourceVersion=10&labelSelector=app%3Da&timeoutSeconds=600")
+	defer d.Close()
+
+	store.Apply(snapshot.Change{Entry: widget("w1", 11, "b")}, 11)
+	ev, err := d.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"apiVersion":"demo.listproxy.io/v1","kind":"Widget","metadata":{"labels":{"app":"a"},"name":"w1","namespace":"ns","resourceVersion":"11"}}`
+	if ev.Type != wire.Deleted || string(ev.Object) != want {
+		t.Errorf("got %s %s, want DELETED %s", ev.Type, ev.Object, want)
+	}
+}
