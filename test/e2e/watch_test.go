@@ -51,12 +51,14 @@ var watchAccept = map[wire.Format]string{
 	wire.MetaProtobuf: "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1",
 }
 
-// frame is one raw watch event as sent, its decoded type and, for
-// bookmarks, resourceVersion.
+// frame is one raw watch event as sent, its decoded type and
+// resourceVersion (the object's, or the bookmark's), and whether it is the
+// initial-events-end bookmark.
 type frame struct {
 	typ wire.EventType
 	rv  string
 	raw []byte
+	end bool
 }
 
 // frameReader splits a watch body into raw frames: lines for JSON,
@@ -90,7 +92,7 @@ func (r *frameReader) next() (frame, error) {
 	if err != nil {
 		return frame{}, fmt.Errorf("decode frame %q: %w", raw, err)
 	}
-	return frame{typ: ev.Type, rv: ev.ResourceVersion, raw: raw}, nil
+	return frame{typ: ev.Type, rv: ev.ResourceVersion, raw: raw, end: ev.InitialEventsEnd}, nil
 }
 
 // openWatch starts a watch and returns its frames; the body closes with ctx.
@@ -682,7 +684,8 @@ func TestWatchServiceMode(t *testing.T) {
 // TestWatchersAcrossAPIServerRestart: 50 client-go pod informers stream
 // from listproxy while the apiserver restarts; the store's own watch
 // resumes, and once writes stop every informer's store equals the
-// apiserver's list: no event lost or repeated.
+// apiserver's list: no event lost or repeated. The informers' watches
+// after the restart are served from the snapshot again, as is a new watch.
 func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 	defer consistencydetector.SetDataConsistencyDetectionForWatchListEnabledForTest(true)()
 	const ns = "watch-restart"
@@ -714,6 +717,13 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 			t.Fatalf("informer %d never synced", i)
 		}
 	}
+	servedPods := func() float64 {
+		return framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_watch_served_total", `resource="pods"`, `format="protobuf"`)
+	}
+	servedBefore := servedPods()
+	if servedBefore < watchers {
+		t.Fatalf("listproxy served %v pod watches, want the %d informers' watch-lists", servedBefore, watchers)
+	}
 	for i := range 5 {
 		createPodWhenAble(ctx, t, cs, ns, fmt.Sprintf("during-%d", i))
 	}
@@ -733,10 +743,31 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 		}
 	}
 	informersConverge(ctx, t, dynamic.NewForConfigOrDie(cp.AdminConfig), ns, infs)
+	// Every informer watched again after the restart (its watch ended with
+	// the store's relist, or with the apiserver's connection), and
+	// listproxy served each of those watches: none passed through.
+	var servedAfter float64
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		servedAfter = servedPods()
+		return servedAfter >= servedBefore+watchers, nil
+	})
 	m := framework.Scrape(t, nil, lp.URL+"/metrics")
-	t.Logf("listproxy_watch_served_total: %v; ended: %v", m["listproxy_watch_served_total"], m["listproxy_watch_ended_total"])
-	if got := m.Sum("listproxy_watch_served_total", `resource="pods"`, `format="protobuf"`); got < watchers {
-		t.Errorf("listproxy served %v pod watches, want the %d informers' watch-lists", got, watchers)
+	t.Logf("listproxy_watch_served_total: %v; ended: %v; passed through: %v", m["listproxy_watch_served_total"], m["listproxy_watch_ended_total"], m["listproxy_watch_passed_through_total"])
+	if err != nil {
+		t.Errorf("listproxy served %v pod watches after the restart, want at least the %d informers' re-watches", servedAfter-servedBefore, watchers)
+	}
+	// A watch opened now, from the apiserver's latest resourceVersion, is
+	// served from the snapshot.
+	list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	_, hdr := openWatch(wctx, t, newRawClient(t, lp.Config()), "/api/v1/namespaces/"+ns+"/pods",
+		url.Values{"watch": {"1"}, "resourceVersion": {list.ResourceVersion}, "timeoutSeconds": {"10"}}, wire.Protobuf)
+	if got := hdr.Get(httpapi.HeaderServedFrom); got != httpapi.SourceSnapshot {
+		t.Errorf("a watch after the restart was served from %q, want %q", got, httpapi.SourceSnapshot)
 	}
 }
 

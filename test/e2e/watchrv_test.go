@@ -112,7 +112,7 @@ func TestWatchTooLargeResourceVersion(t *testing.T) {
 			t.Errorf("%v: Content-Type %q, apiserver %q", f, lpr.header.Get("Content-Type"), api.header.Get("Content-Type"))
 		}
 		if len(api.frames) != 1 || len(lpr.frames) != 1 || api.frames[0].typ != wire.Error || lpr.frames[0].typ != wire.Error {
-			t.Errorf("%v: listproxy sent %d frames, apiserver %d; want one ERROR each\nlistproxy: %q\napiserver: %q", f, len(lpr.frames), len(api.frames), lpr.frames, api.frames)
+			t.Errorf("%v: listproxy sent %d frames, apiserver %d; want one ERROR each\nlistproxy: %q\napiserver: %q", f, len(lpr.frames), len(api.frames), rawFrames(lpr.frames), rawFrames(api.frames))
 			continue
 		}
 		apiStatus, lpStatus := decodeErrorFrame(t, f, api.frames[0]), decodeErrorFrame(t, f, lpr.frames[0])
