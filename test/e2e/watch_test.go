@@ -717,12 +717,16 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 			t.Fatalf("informer %d never synced", i)
 		}
 	}
-	servedPods := func() float64 {
-		return framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_watch_served_total", `resource="pods"`, `format="protobuf"`)
+	// served and ended count the pod watches listproxy served and that
+	// ended; open those it serves now.
+	podWatches := func() (served, ended, open float64) {
+		m := framework.Scrape(t, nil, lp.URL+"/metrics")
+		pairs := []string{`resource="pods"`, `format="protobuf"`}
+		return m.Sum("listproxy_watch_served_total", pairs...), m.Sum("listproxy_watch_ended_total", pairs...), m.Sum("listproxy_watch_open", pairs...)
 	}
-	servedBefore := servedPods()
-	if servedBefore < watchers {
-		t.Fatalf("listproxy served %v pod watches, want the %d informers' watch-lists", servedBefore, watchers)
+	servedBefore, endedBefore, openBefore := podWatches()
+	if servedBefore < watchers || openBefore != watchers {
+		t.Fatalf("listproxy served %v pod watches and serves %v, want the %d informers' watch-lists", servedBefore, openBefore, watchers)
 	}
 	for i := range 5 {
 		createPodWhenAble(ctx, t, cs, ns, fmt.Sprintf("during-%d", i))
@@ -743,18 +747,19 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 		}
 	}
 	informersConverge(ctx, t, dynamic.NewForConfigOrDie(cp.AdminConfig), ns, infs)
-	// Every informer watched again after the restart (its watch ended with
-	// the store's relist, or with the apiserver's connection), and
-	// listproxy served each of those watches: none passed through.
-	var servedAfter float64
+	// Every informer watches from the snapshot again: a watch of theirs
+	// that ended across the restart (the store relisted, or the
+	// connection broke) was replaced by one listproxy served, none passed
+	// through.
+	var served, ended, open float64
 	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		servedAfter = servedPods()
-		return servedAfter >= servedBefore+watchers, nil
+		served, ended, open = podWatches()
+		return open == watchers && served-servedBefore >= ended-endedBefore, nil
 	})
 	m := framework.Scrape(t, nil, lp.URL+"/metrics")
 	t.Logf("listproxy_watch_served_total: %v; ended: %v; passed through: %v", m["listproxy_watch_served_total"], m["listproxy_watch_ended_total"], m["listproxy_watch_passed_through_total"])
 	if err != nil {
-		t.Errorf("listproxy served %v pod watches after the restart, want at least the %d informers' re-watches", servedAfter-servedBefore, watchers)
+		t.Errorf("after the restart listproxy serves %v pod watches (want the %d informers'); %v of them ended and %v were served since", open, watchers, ended-endedBefore, served-servedBefore)
 	}
 	// A watch opened now, from the apiserver's latest resourceVersion, is
 	// served from the snapshot.
