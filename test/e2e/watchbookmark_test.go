@@ -460,6 +460,9 @@ func bookmarkViolations(frames []frame, reached uint64) []string {
 		}
 		maxEvent = max(maxEvent, rv)
 	}
+	if len(out) > 5 {
+		out = append(out[:5], fmt.Sprintf("… %d more", len(out)-5))
+	}
 	return out
 }
 
