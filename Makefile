@@ -56,7 +56,7 @@ test-e2e:
 # The e2e tests whose answers depend most on the apiserver's version: the
 # differential and linearizability checks, paging and continue tokens, bad
 # input, informers, and watch serving.
-COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestWatchThroughListproxy|TestKubectlThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestDiscoveryFollowsCRDs|TestWatchFollowsFeatureGates|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode|TestOddResourceVersions)$$
+COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestWatchThroughListproxy|TestKubectlThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestDiscoveryFollowsCRDs|TestWatchFollowsFeatureGates|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode|TestOddResourceVersions|TestWatchBookmarksDifferential)$$
 
 ## test-compat: the version-sensitive e2e tests against KUBE_COMPAT_VERSION
 test-compat:
