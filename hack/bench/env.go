@@ -207,23 +207,8 @@ func (e *env) waitListproxyReady(ctx context.Context) error {
 func (e *env) warm(ctx context.Context) error {
 	begin := time.Now()
 	for _, accept := range []string{acceptJSON, acceptProtobuf} {
-		deadline := time.Now().Add(3 * time.Minute)
-		for {
-			res, err := e.proxied.do(ctx, request{path: "/api/v1/pods?limit=1", accept: accept})
-			if err != nil {
-				return err
-			}
-			if res.fromSnapshot {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("pods in %s not served from a snapshot after 3m (last: %d, %s)\n%s", accept, res.status, res.servedFrom, framework.LogTail(e.listproxy.LogFile, 30))
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(250 * time.Millisecond):
-			}
+		if err := warmStore(ctx, e.proxied, accept, e.listproxy.LogFile); err != nil {
+			return err
 		}
 	}
 	// A full list in each format, so that the first measured request is not
@@ -244,6 +229,30 @@ func (e *env) warm(ctx context.Context) error {
 	return nil
 }
 
+// warmStore lists pods through the listproxy t in the format accept until
+// the answer comes from a snapshot: the first LIST of a representation
+// starts its store. logFile is t's log, quoted on failure.
+func warmStore(ctx context.Context, t *target, accept, logFile string) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		res, err := t.do(ctx, request{path: "/api/v1/pods?limit=1", accept: accept})
+		if err != nil {
+			return err
+		}
+		if res.fromSnapshot {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pods in %s not served from a snapshot after 3m (last: %d, %s)\n%s", accept, res.status, res.servedFrom, framework.LogTail(logFile, 30))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // writer patches random seeded pods at rate per second until stopped.
 type writer struct {
 	cancel  context.CancelFunc
@@ -256,9 +265,9 @@ type writer struct {
 }
 
 // startWriter starts patching pods at rate per second: an annotation
-// changes (a metadata update, like a controller's), on a pool of workers
-// so that a slow write does not lower the rate; ticks that find every
-// worker busy are dropped and counted.
+// changes (a metadata update, like a controller's; each write a change),
+// on a pool of workers so that a slow write does not lower the rate; ticks
+// that find every worker busy are dropped and counted.
 func (e *env) startWriter(ctx context.Context, rate int) *writer {
 	ctx, cancel := context.WithCancel(ctx)
 	w := &writer{cancel: cancel, begin: time.Now()}
@@ -268,7 +277,8 @@ func (e *env) startWriter(ctx context.Context, rate int) *writer {
 		w.wg.Go(func() {
 			for i := range jobs {
 				p := e.pods[(i*7919)%len(e.pods)]
-				if err := patchPod(ctx, e.client, p, i); err != nil {
+				// Unique per writer and write, so that no patch is a no-op.
+				if err := patchPod(ctx, e.client, p, fmt.Sprintf("%d-%d", w.begin.UnixNano(), i)); err != nil {
 					if ctx.Err() == nil {
 						w.failed.Add(1)
 					}

@@ -27,6 +27,9 @@
 //	BENCH_WALK_LIMITS=500       page sizes of the paginated walks (1000 is added from 100k pods)
 //	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,consistent,storm,steady,nodeagents,cold,rollout,memory (all but cold and rollout)
 //	BENCH_INFORMERS=50          pod informers started at once in the informer storm
+//	BENCH_STORM_WRITES=50       pod writes per second while the storm's informers start and sync (0: none)
+//	BENCH_SLOW_WATCHLISTS=200   slow watch-lists of all pods after the storm, for listproxy's peak RSS (0: none)
+//	BENCH_SLOW_INFLIGHT_BYTES=67108864  --max-inflight-list-bytes of the listproxy the slow watch-lists go to
 //	BENCH_WATCHERS=1000         pod watchers kept open in the steady-state scenario
 //	BENCH_NODE_WATCHERS=5000    node agents' watchers (spec.nodeName=NODE watch-lists) in the node agents scenario
 //	BENCH_LISTPROXY_BIN         listproxy binary (default _output/bin/listproxy)
@@ -70,6 +73,9 @@ type config struct {
 	listproxyEnv     []string
 	hold             bool
 	informers        int
+	stormWrites      int
+	slowWatchLists   int
+	slowInflight     int64
 	watchers         int
 	nodeWatchers     int
 }
@@ -108,6 +114,9 @@ func parseConfig(args []string) (config, error) {
 	firstPageN := fs.Int("firstpage-requests", envInt("BENCH_FIRSTPAGE_REQUESTS", 200), "sequential first-page LISTs per side ($BENCH_FIRSTPAGE_REQUESTS)")
 	concurrency := fs.Int("concurrency", envInt("BENCH_CONCURRENCY", 16), "concurrent clients of the concurrent first-page scenario ($BENCH_CONCURRENCY)")
 	informers := fs.Int("informers", envInt("BENCH_INFORMERS", 50), "pod informers started at once in the informer storm ($BENCH_INFORMERS)")
+	stormWrites := fs.Int("storm-writes", envInt("BENCH_STORM_WRITES", 50), "pod writes per second during the informer storm; 0 for none ($BENCH_STORM_WRITES)")
+	slowWatchLists := fs.Int("slow-watch-lists", envInt("BENCH_SLOW_WATCHLISTS", 200), "slow watch-lists of all pods after the informer storm; 0 for none ($BENCH_SLOW_WATCHLISTS)")
+	slowInflight := fs.Int64("slow-inflight-bytes", int64(envInt("BENCH_SLOW_INFLIGHT_BYTES", 64<<20)), "--max-inflight-list-bytes of the listproxy serving the slow watch-lists ($BENCH_SLOW_INFLIGHT_BYTES)")
 	watchers := fs.Int("watchers", envInt("BENCH_WATCHERS", 1000), "pod watchers kept open in the steady-state scenario ($BENCH_WATCHERS)")
 	nodeWatchers := fs.Int("node-watchers", envInt("BENCH_NODE_WATCHERS", 5000), "node agents' watchers (one node's pods each) in the node agents scenario ($BENCH_NODE_WATCHERS)")
 	consistentN := fs.Int("consistent-requests", envInt("BENCH_CONSISTENT_REQUESTS", 200), "consistent LISTs per side under writes ($BENCH_CONSISTENT_REQUESTS)")
@@ -120,7 +129,8 @@ func parseConfig(args []string) (config, error) {
 	cfg := config{
 		pods: *pods, reps: *reps, churn: *churn, writeRate: *writeRate, out: *out,
 		listproxyBin: *bin, selectorRequests: *selectorN, firstPageN: *firstPageN,
-		concurrency: *concurrency, consistentN: *consistentN, informers: *informers, watchers: *watchers, nodeWatchers: *nodeWatchers,
+		concurrency: *concurrency, consistentN: *consistentN, informers: *informers, watchers: *watchers,
+		stormWrites: *stormWrites, slowWatchLists: *slowWatchLists, slowInflight: *slowInflight, nodeWatchers: *nodeWatchers,
 		listproxyArgs: strings.Fields(*lpArgs), listproxyEnv: strings.Fields(*lpEnv), hold: *hold,
 		scenarios: map[string]bool{},
 	}
@@ -135,6 +145,12 @@ func parseConfig(args []string) (config, error) {
 		return config{}, fmt.Errorf("-concurrency=%d: need at least 1", cfg.concurrency)
 	case cfg.informers < 1:
 		return config{}, fmt.Errorf("-informers=%d: need at least 1", cfg.informers)
+	case cfg.stormWrites < 0:
+		return config{}, fmt.Errorf("-storm-writes=%d: must not be negative", cfg.stormWrites)
+	case cfg.slowWatchLists < 0:
+		return config{}, fmt.Errorf("-slow-watch-lists=%d: must not be negative", cfg.slowWatchLists)
+	case cfg.slowInflight < 1:
+		return config{}, fmt.Errorf("-slow-inflight-bytes=%d: need at least 1 (the bound is the point)", cfg.slowInflight)
 	case cfg.watchers < 1:
 		return config{}, fmt.Errorf("-watchers=%d: need at least 1", cfg.watchers)
 	case cfg.nodeWatchers < 1:

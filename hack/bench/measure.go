@@ -167,12 +167,18 @@ func procStatCPU(pid int) time.Duration {
 
 // rssBytes is the resident set size of pid from /proc/PID/status.
 func rssBytes(pid int) int64 {
+	return procStatusBytes(pid, "VmRSS")
+}
+
+// procStatusBytes is the field (in kB, such as VmRSS or VmHWM) of
+// /proc/PID/status in bytes, or 0.
+func procStatusBytes(pid int, field string) int64 {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			return kb << 10
 		}
@@ -189,6 +195,9 @@ type sampler struct {
 	wall     time.Duration
 	start    time.Duration
 	begin    time.Time
+	// less is CPU time of work other than the scenario's within the
+	// intervals (the writes a scenario runs beside it), subtracted.
+	less float64
 }
 
 func (s *sampler) startInterval() {
@@ -202,9 +211,9 @@ func (s *sampler) endInterval() {
 }
 
 // seconds is the measured CPU time minus what the processes would have
-// spent idle in the same wall time, never below zero.
+// spent idle in the same wall time and less, never below zero.
 func (s *sampler) seconds() float64 {
-	return math.Max(0, s.cpu.Seconds()-s.idleRate*s.wall.Seconds())
+	return math.Max(0, s.cpu.Seconds()-s.idleRate*s.wall.Seconds()-s.less)
 }
 
 // Settling: a side's CPU time for a measured interval runs until its

@@ -26,6 +26,8 @@ type report struct {
 	Steady      *steadyResult      `json:"steady,omitempty"`
 	NodeAgents  *nodeAgentsResult  `json:"node_agents,omitempty"`
 	Rollout     *rolloutResult     `json:"rollout,omitempty"`
+	// SlowWatchLists is the informer storm's memory line.
+	SlowWatchLists *slowWatchListsResult `json:"slow_watch_lists,omitempty"`
 }
 
 type reportConfig struct {
@@ -320,6 +322,19 @@ func (r *report) markdown() string {
 			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
 		}
 	}
+	if sw := r.SlowWatchLists; sw != nil {
+		fmt.Fprintf(&b, "\n| %d slow watch-lists of all pods (%s/s each), --max-inflight-list-bytes=%s, %.0f writes/s | listproxy RSS before | peak (%s) | finished | 429 | cut by the write deadline | waited for room | max in flight (bytes) | max queued |\n",
+			sw.Clients, bytesText(sw.ReadBytesPerSecond), bytesText(sw.MaxInflightListBytes), float64(sw.WriteRate), sw.PeakSource)
+		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&b, "| listproxy (its own, for this line), %s | %s | %s | %d | %d | %d | %.0f | %.0f (%s) | %.0f |\n",
+			ms(float64(sw.Seconds)), mib(float64(sw.RSSBefore)), mib(float64(sw.RSSPeak)), sw.Finished, sw.Rejected, sw.Cut,
+			float64(sw.Waited), float64(sw.MaxInflight), mib(float64(sw.MaxInflightBytes)), float64(sw.MaxQueued))
+		fmt.Fprintf(&b, "\nOne watch-list's body is %s; listproxy counted %.0f rejections on timeout, %.0f on cancel, %.0f write timeouts.\n\n",
+			bytesText(sw.WatchListBytes), float64(sw.RejectedTimeout), float64(sw.RejectedCanceled), float64(sw.WriteTimeouts))
+		for _, ch := range sw.Checks {
+			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
+		}
+	}
 	if ro := r.Rollout; ro != nil {
 		fmt.Fprintf(&b, "\n| rolling restart of %d replicas, %d informers + %d walkers, over %s | apiserver+etcd CPU | walks | walks cut short | pages not from snapshots |\n",
 			ro.Replicas, ro.Informers, ro.Walkers, ms(float64(ro.Seconds)))
@@ -369,6 +384,13 @@ func (r *report) missed() []string {
 		for _, c := range r.NodeAgents.Checks {
 			if !c.Met {
 				out = append(out, fmt.Sprintf("nodeagents: %s %s, got %s", c.Name, c.Want, c.Text))
+			}
+		}
+	}
+	if r.SlowWatchLists != nil {
+		for _, c := range r.SlowWatchLists.Checks {
+			if !c.Met {
+				out = append(out, fmt.Sprintf("storm, slow watch-lists: %s %s, got %s", c.Name, c.Want, c.Text))
 			}
 		}
 	}

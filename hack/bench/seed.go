@@ -200,9 +200,10 @@ func benchPod(rng *rand.Rand, i int, ns, app, hash string) *corev1.Pod {
 	}
 }
 
-// patchPod changes an annotation of p, as a controller's metadata update.
-func patchPod(ctx context.Context, client kubernetes.Interface, p podRef, i int) error {
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench.listproxy.io/generation":"%d"}}}`, i)
+// patchPod sets an annotation of p to value, as a controller's metadata
+// update; a value the pod already has is a no-op for the apiserver.
+func patchPod(ctx context.Context, client kubernetes.Interface, p podRef, value string) error {
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench.listproxy.io/generation":%q}}}`, value)
 	_, err := client.CoreV1().Pods(p.namespace).Patch(ctx, p.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "bench"})
 	return err
 }

@@ -141,23 +141,52 @@ func (e *env) storm(ctx context.Context, t *target, n int, keep func(i int) bool
 	return res, nil
 }
 
-// checkInformer compares a synced informer's store with the apiserver's
-// LIST at the resourceVersion the informer synced at: the same pods at
-// the same resourceVersions.
-func checkInformer(ctx context.Context, api *target, inf cache.SharedIndexInformer) error {
-	rv := inf.LastSyncResourceVersion()
-	path := exactAt("/api/v1/pods", rv)
-	res, err := api.do(ctx, request{path: path, accept: acceptProtobuf, keep: true})
-	if err != nil {
-		return err
+// convergeTimeout bounds how long an informer may take, once the writes
+// have stopped, to hold what the apiserver lists.
+const convergeTimeout = time.Minute
+
+// checkConverged compares an informer's store, once the writes have
+// stopped, with the apiserver's LIST of pods: the same pods at the same
+// resourceVersions. It polls the store, and lists again every few seconds
+// (a write sent before the stop may land after a LIST), until they are
+// equal or convergeTimeout has passed; then it reports the last difference.
+func checkConverged(ctx context.Context, api *target, inf cache.SharedIndexInformer) error {
+	deadline := time.Now().Add(convergeTimeout)
+	for {
+		res, err := api.do(ctx, request{path: "/api/v1/pods", accept: acceptProtobuf, keep: true})
+		if err != nil {
+			return err
+		}
+		want, err := decodeList(res)
+		if err != nil {
+			return fmt.Errorf("apiserver LIST of pods: %w", err)
+		}
+		relist := time.Now().Add(5 * time.Second)
+		for {
+			diff := storeDiff(inf.GetStore(), want)
+			if diff == nil {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("informer not converged %s after the writes stopped: %w", convergeTimeout, diff)
+			}
+			if time.Now().After(relist) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	}
-	want, err := decodeList(res)
-	if err != nil {
-		return fmt.Errorf("apiserver GET %s: %w", path, err)
-	}
-	store := inf.GetStore()
+}
+
+// storeDiff is the first difference between an informer's store and the
+// apiserver's list want, or nil.
+func storeDiff(store cache.Store, want listView) error {
 	if got := len(store.ListKeys()); got != len(want.items) {
-		return fmt.Errorf("informer synced at RV %s holds %d pods, the apiserver lists %d", rv, got, len(want.items))
+		return fmt.Errorf("informer holds %d pods, the apiserver lists %d at RV %s", got, len(want.items), want.rv)
 	}
 	for _, o := range want.items {
 		m, err := meta.Accessor(o)
@@ -167,33 +196,80 @@ func checkInformer(ctx context.Context, api *target, inf cache.SharedIndexInform
 		key := m.GetNamespace() + "/" + m.GetName()
 		obj, ok, _ := store.GetByKey(key)
 		if !ok {
-			return fmt.Errorf("informer synced at RV %s lacks pod %s", rv, key)
+			return fmt.Errorf("informer lacks pod %s, listed at RV %s", key, want.rv)
 		}
 		if got := obj.(*corev1.Pod).ResourceVersion; got != m.GetResourceVersion() {
-			return fmt.Errorf("informer synced at RV %s has pod %s at RV %s, the apiserver %s", rv, key, got, m.GetResourceVersion())
+			return fmt.Errorf("informer has pod %s at RV %s, the apiserver %s (list at RV %s)", key, got, m.GetResourceVersion(), want.rv)
 		}
 	}
 	return nil
 }
 
+// stormWritesBase is how long the writes run alone to measure their own
+// CPU cost. Not tuned: 10 s at 50 writes/s gives 500 changes.
+const stormWritesBase = 10 * time.Second
+
+// writesCost runs the storm's writes alone for stormWritesBase and returns
+// the CPU time per write of kube-apiserver+etcd and of listproxy (its
+// stores following them), net of their idle rates.
+func (b *bench) writesCost(ctx context.Context) (api, proxy float64, err error) {
+	direct, proxied := sampler{t: b.env.direct, idleRate: b.idleDirect}, sampler{t: b.env.proxied, idleRate: b.idleProxied}
+	direct.startInterval()
+	proxied.startInterval()
+	w := b.env.startWriter(ctx, b.cfg.stormWrites)
+	select {
+	case <-ctx.Done():
+	case <-time.After(stormWritesBase):
+	}
+	w.stop()
+	settle(ctx, b.idleDirect+b.idleProxied, b.env.direct, b.env.proxied)
+	direct.endInterval()
+	proxied.endInterval()
+	n := w.done.Load()
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	if n == 0 {
+		return 0, 0, fmt.Errorf("informer storm: no write succeeded (%d failed)", w.failed.Load())
+	}
+	return direct.seconds() / float64(n), proxied.seconds() / float64(n), nil
+}
+
 // informerStorm is the "informer storm" scenario: BENCH_INFORMERS pod
 // informers start at once against the apiserver, then, separately,
-// against listproxy, alternating which side goes first. Per side it
+// against listproxy, alternating which side goes first, while pods change
+// at BENCH_STORM_WRITES per second (through the apiserver, on both sides,
+// from the storm's start until every informer synced). Per side it
 // measures the time until all have synced and the CPU time of
-// kube-apiserver+etcd (both sides) and of listproxy (proxied side). Every
+// kube-apiserver+etcd (both sides) and of listproxy (proxied side), less
+// the writes' own cost (measured before, with the writes alone). Every
 // watch-list through listproxy must have been served from its pods store
 // (listproxy_watch_served_total), none passed through; the first and last
-// informer of each listproxy storm must hold what the apiserver lists at
-// the resourceVersion it synced at.
+// informer of each listproxy storm must hold, once the writes stopped,
+// what the apiserver lists. Then BENCH_SLOW_WATCHLISTS slow watch-lists
+// measure listproxy's peak RSS (slowWatchLists).
 func (b *bench) informerStorm(ctx context.Context) error {
 	n := b.cfg.informers
 	name := fmt.Sprintf("informer storm, %d pod informers (watch-list)", n)
+	if b.cfg.stormWrites > 0 {
+		name += fmt.Sprintf(", %d writes/s", b.cfg.stormWrites)
+	}
 	logf("scenario: %s (%d reps); warm: listproxy's pods stores (JSON and protobuf) synced and its etcd progress tracker started before the storm", name, b.cfg.reps)
+	var apiPerWrite, proxyPerWrite float64
+	if b.cfg.stormWrites > 0 {
+		var err error
+		if apiPerWrite, proxyPerWrite, err = b.writesCost(ctx); err != nil {
+			return err
+		}
+		logf("  writes alone: apiserver+etcd %s, listproxy %s CPU per write", ms(apiPerWrite), ms(proxyPerWrite))
+	}
 	d, p := b.newSeries(b.env.direct), b.newSeries(b.env.proxied)
 	// The apiserver's and etcd's CPU time while informers sync through
 	// listproxy.
 	apiViaProxy := sampler{t: b.env.direct, idleRate: b.idleDirect}
 	var served, passed, passedRequests float64
+	var writes, writesFailed int64
+	var writeSeconds float64
 	for i := range b.cfg.reps {
 		order := []*series{d, p}
 		if i%2 == 1 {
@@ -209,7 +285,19 @@ func (b *bench) informerStorm(ctx context.Context) error {
 			if s.t.proxied {
 				apiViaProxy.startInterval()
 			}
+			var w *writer
+			if b.cfg.stormWrites > 0 {
+				w = b.env.startWriter(ctx, b.cfg.stormWrites)
+			}
 			res, err := b.env.storm(ctx, s.t, n, keep)
+			var done int64
+			if w != nil {
+				w.stop()
+				done = w.done.Load()
+				writes += done
+				writesFailed += w.failed.Load()
+				writeSeconds += w.end.Sub(w.begin).Seconds()
+			}
 			s.cpu.endInterval()
 			if s.t.proxied {
 				apiViaProxy.endInterval()
@@ -217,9 +305,16 @@ func (b *bench) informerStorm(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			// The writes' own cost is not the storm's.
+			if s.t.proxied {
+				s.cpu.less += proxyPerWrite * float64(done)
+				apiViaProxy.less += apiPerWrite * float64(done)
+			} else {
+				s.cpu.less += apiPerWrite * float64(done)
+			}
 			// Off the clock: the intervals above have ended.
 			for _, inf := range res.kept {
-				s.noteCheck(checkInformer(ctx, b.env.direct, inf))
+				s.noteCheck(checkConverged(ctx, b.env.direct, inf))
 			}
 			res.close()
 			s.durs = append(s.durs, res.all.Seconds())
@@ -237,7 +332,7 @@ func (b *bench) informerStorm(ctx context.Context) error {
 				passedRequests += after.Sum("listproxy_http_requests_total", `verb="watch"`, `source="apiserver"`) -
 					before.Sum("listproxy_http_requests_total", `verb="watch"`, `source="apiserver"`)
 			}
-			logf("  %s: %d informers synced in %s", s.t.name, n, ms(res.all.Seconds()))
+			logf("  %s: %d informers synced in %s, %d writes meanwhile", s.t.name, n, ms(res.all.Seconds()), done)
 		}
 	}
 	// Every informer sends one watch-list; any watch passed through
@@ -248,13 +343,22 @@ func (b *bench) informerStorm(ctx context.Context) error {
 	ps := p.side(requests)
 	ps.APIServerCPUTotal = apiViaProxy.seconds()
 	ps.APIServerCPUPerRequest = ps.APIServerCPUTotal / float64(requests)
-	note := fmt.Sprintf("client-go defaults (JSON, WatchListClient on), one connection per informer; per-informer sync p50/p99: apiserver %s / %s, listproxy %s / %s; "+
+	writesNote := "no writes"
+	if b.cfg.stormWrites > 0 {
+		writesNote = fmt.Sprintf("%d pod writes during the storms (%.0f/s achieved of %d/s, %d failed), their own CPU subtracted (alone: apiserver+etcd %s, listproxy %s per write); "+
+			"the content check is the first and last informer's store against the apiserver's LIST once the writes stopped",
+			writes, float64(writes)/max(writeSeconds, 1e-9), b.cfg.stormWrites, writesFailed, ms(apiPerWrite), ms(proxyPerWrite))
+	}
+	note := fmt.Sprintf("client-go defaults (JSON, WatchListClient on), one connection per informer; %s; per-informer sync p50/p99: apiserver %s / %s, listproxy %s / %s; "+
 		"apiserver+etcd CPU per informer %s direct, %s through listproxy; %0.f watch-lists served from snapshots, %0.f passed through; "+
 		"warm before the storm: listproxy's pods stores (JSON, protobuf) synced, its etcd progress tracker started",
-		ms(d.side(1).Extra["informer_sync_s_p50"]), ms(d.side(1).Extra["informer_sync_s_p99"]),
+		writesNote, ms(d.side(1).Extra["informer_sync_s_p50"]), ms(d.side(1).Extra["informer_sync_s_p99"]),
 		ms(ps.Extra["informer_sync_s_p50"]), ms(ps.Extra["informer_sync_s_p99"]),
 		ms(d.cpu.seconds()/float64(requests)), ms(ps.APIServerCPUPerRequest), served, max(passed, passedRequests))
 	b.addRow(name, d.side(requests), ps, targetSpec{APIServerCPU: 20, Wall: 1, CPU: 10}, note)
+	if b.cfg.slowWatchLists > 0 {
+		return b.slowWatchLists(ctx)
+	}
 	return nil
 }
 
