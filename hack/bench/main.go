@@ -16,6 +16,13 @@
 // ends the run with a MISSED summary and exit status 1. docs/performance.md
 // records measured tables and the targets they are held to.
 //
+// The informer storm runs under BENCH_STORM_WRITES pod writes per second
+// (their own CPU, measured alone first, subtracted), and ends with its
+// memory line: BENCH_SLOW_WATCHLISTS clients read watch-lists of every pod
+// slowly from a listproxy of their own with
+// --max-inflight-list-bytes=BENCH_SLOW_INFLIGHT_BYTES; its peak RSS must
+// stay within its RSS before plus that bound.
+//
 // Every parameter is a flag whose default comes from the environment:
 //
 //	BENCH_PODS=30000            pods to seed (50 namespaces, 500 nodes)
