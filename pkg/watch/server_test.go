@@ -315,15 +315,7 @@ func (w *discardWriter) Write(p []byte) (int, error) { w.n += len(p); return len
 // again (garbage the collector would pay for under listproxy's low GOGC).
 func TestWatchListAllocatesOneBurstBuffer(t *testing.T) {
 	const n, pad = 2000, 4000
-	entries := make([]*snapshot.Entry, n)
-	for i := range entries {
-		name := fmt.Sprintf("w%05d", i)
-		raw := fmt.Sprintf(`{"apiVersion":"demo.listproxy.io/v1","kind":"Widget","metadata":{"name":%q,"namespace":"ns","resourceVersion":"%d"},"spec":{"pad":%q}}`,
-			name, i+1, strings.Repeat("x", pad))
-		entries[i] = snapshot.NewEntry("ns", name, uint64(i+1), nil, nil, nil, []byte(raw))
-	}
-	store := snapshot.NewStore(snapshot.StoreConfig{})
-	store.Replace(entries, n)
+	store := bigStore(n, pad)
 	srv := NewServer(Config{})
 	target := Target{Resource: "widgets.demo.listproxy.io", Format: wire.JSON, Type: widgetType, Store: store,
 		Match: func(*snapshot.Entry) bool { return true }}
