@@ -195,7 +195,8 @@ func TestInitialEventsAdmitted(t *testing.T) {
 // TestInitialEventsDeadline: initial events not written by the deadline
 // the admission gave are cut short as too slow.
 func TestInitialEventsDeadline(t *testing.T) {
-	store := bigStore(2000, 4000)
+	// 12 MB: more than the socket buffers of a client that reads nothing.
+	store := bigStore(3000, 4000)
 	m, err := NewMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
