@@ -197,14 +197,7 @@ func (b *bench) nodeAgentsSide(ctx context.Context, t *target, n int) (*nodeAgen
 	if len(sent) > 0 {
 		s.CPUPerChange = num(cpu.seconds() / float64(len(sent)))
 	}
-	var delays []float64
-	for _, as := range arrivals {
-		for _, a := range as {
-			if at, ok := sent[a.rv]; ok {
-				delays = append(delays, a.at.Sub(at).Seconds())
-			}
-		}
-	}
+	delays := deliveryDelays(arrivals, sent)
 	s.Events = len(delays)
 	s.DelayP50, s.DelayP99 = num(percentile(delays, 50)), num(percentile(delays, 99))
 	return s, idle, nil

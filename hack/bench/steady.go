@@ -189,6 +189,15 @@ func (b *bench) steadySide(ctx context.Context, t *target, n int) (*steadySide, 
 	wg.Wait()
 	s.CPU = num(cpu.seconds())
 	s.WriteRate = num(rate)
+	delays := deliveryDelays(arrivals, sent)
+	s.Events = len(delays)
+	s.DelayP50, s.DelayP99 = num(percentile(delays, 50)), num(percentile(delays, 99))
+	return s, idle, nil
+}
+
+// deliveryDelays returns, for each event the watchers read whose write is
+// in sent, the seconds from sending the write to reading its event.
+func deliveryDelays(arrivals [][]arrival, sent map[string]time.Time) []float64 {
 	var delays []float64
 	for _, as := range arrivals {
 		for _, a := range as {
@@ -197,9 +206,7 @@ func (b *bench) steadySide(ctx context.Context, t *target, n int) (*steadySide, 
 			}
 		}
 	}
-	s.Events = len(delays)
-	s.DelayP50, s.DelayP99 = num(percentile(delays, 50)), num(percentile(delays, 99))
-	return s, idle, nil
+	return delays
 }
 
 // steadyWrites patches pods at BENCH_WRITE_RATE for steadyDuration and

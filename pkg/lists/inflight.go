@@ -240,8 +240,8 @@ func (l *Lists) admitWatchList(ctx context.Context, weight int64) (func(), time.
 	}
 	var deadline time.Time
 	if l.cfg.Inflight.WriteTimeout > 0 {
-		// Write deadlines bound the socket: real time.
-		deadline = time.Now().Add(l.cfg.Inflight.WriteTimeout)
+		// As a LIST's (listSlot.writer).
+		deadline = l.inflight.clock.Now().Add(l.cfg.Inflight.WriteTimeout)
 	}
 	var once sync.Once
 	return func() { once.Do(func() { l.inflight.release(w.weight) }) }, deadline, nil

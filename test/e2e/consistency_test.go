@@ -62,13 +62,20 @@ func resultsByFormat(t *testing.T, report consistency.Report) map[string]consist
 func warmPods(ctx context.Context, t *testing.T, lpc rawClient, formats ...wire.Format) {
 	t.Helper()
 	for _, f := range formats {
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-			_, hdr, _, err := lpc.get(ctx, "/api/v1/pods", url.Values{"resourceVersion": {"0"}, "limit": {"1"}}, formatAccept[f])
-			return err == nil && hdr.Get(httpapi.HeaderServedFrom) == httpapi.SourceSnapshot, nil
-		})
-		if err != nil {
-			t.Fatalf("pods in %v never served from a snapshot: %v", f, err)
-		}
+		awaitSnapshot(ctx, t, lpc, "/api/v1/pods", formatAccept[f])
+	}
+}
+
+// awaitSnapshot polls a LIST of path at resourceVersion 0 until a snapshot
+// answers it.
+func awaitSnapshot(ctx context.Context, t *testing.T, c rawClient, path, accept string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, hdr, _, err := c.get(ctx, path, url.Values{"resourceVersion": {"0"}, "limit": {"1"}}, accept)
+		return err == nil && hdr.Get(httpapi.HeaderServedFrom) == httpapi.SourceSnapshot, nil
+	})
+	if err != nil {
+		t.Fatalf("%s (%s) never served from a snapshot: %v", path, accept, err)
 	}
 }
 

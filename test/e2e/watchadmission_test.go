@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -112,18 +111,5 @@ func TestWatchListsAdmittedAsLists(t *testing.T) {
 	}
 	if got := m.Sum("listproxy_watch_served_total", `resource="pods"`); got < float64(informerCount) {
 		t.Errorf("%v pod watches served from snapshots, want at least %d (the informers' watch-lists)", got, informerCount)
-	}
-}
-
-// awaitSnapshot polls a LIST of path at resourceVersion 0 until a snapshot
-// answers it.
-func awaitSnapshot(ctx context.Context, t *testing.T, c rawClient, path, accept string) {
-	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, hdr, _, err := c.get(ctx, path, url.Values{"resourceVersion": {"0"}, "limit": {"1"}}, accept)
-		return err == nil && hdr.Get(httpapi.HeaderServedFrom) == httpapi.SourceSnapshot, nil
-	})
-	if err != nil {
-		t.Fatalf("%s (%s) never served from a snapshot: %v", path, accept, err)
 	}
 }
