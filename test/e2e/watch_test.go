@@ -145,23 +145,8 @@ func initialFrames(t *testing.T, r *frameReader) []frame {
 // bookmark's resourceVersion.
 func initialFramesRV(t *testing.T, r *frameReader) ([]frame, string) {
 	t.Helper()
-	var added []frame
-	for {
-		fr, err := r.next()
-		if err != nil {
-			t.Fatalf("initial events: after %d: %v", len(added), err)
-		}
-		switch fr.typ {
-		case wire.Added:
-			added = append(added, fr)
-		case wire.Bookmark:
-			if strings.Contains(string(fr.raw), "initial-events-end") {
-				return added, fr.rv
-			}
-		default:
-			t.Fatalf("initial events: unexpected %s", fr.typ)
-		}
-	}
+	added, end := framesToInitialEnd(t, r)
+	return added, end.rv
 }
 
 // nextEvents reads n frames that are not bookmarks.
