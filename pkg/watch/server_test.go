@@ -299,17 +299,6 @@ func TestStalledWatcher(t *testing.T) {
 	}
 }
 
-// discardWriter is a ResponseWriter that counts and drops what is written.
-type discardWriter struct {
-	header http.Header
-	n      int
-}
-
-func (w *discardWriter) Header() http.Header         { return w.header }
-func (w *discardWriter) WriteHeader(int)             {}
-func (w *discardWriter) Flush()                      {}
-func (w *discardWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
-
 // TestWatchListAllocatesOneBurstBuffer: sending a watch-list's initial
 // events reuses one burst buffer rather than allocating the list's size
 // again (garbage the collector would pay for under listproxy's low GOGC).
