@@ -147,7 +147,7 @@ func (l *Lists) ResolveWatch(r *http.Request, labelSelector, fieldSelector strin
 // exact requirement (= or ==) of sel, preferring metadata.name (a single
 // object), then any other field but metadata.namespace (a node's pods),
 // then metadata.namespace. Zero when sel requires none. A watcher waits
-// for changes to objects with that value only (snapshot.Store.ChangedOn),
+// for changes to objects with that value only (snapshot.Store.WaitOn),
 // as the apiserver's watch cache dispatches a pod's change to the watchers
 // of its node only.
 func wakeKey(sel fields.Selector) snapshot.FieldValue {

@@ -133,9 +133,6 @@ type feed struct {
 	uncovered         uint64
 	superseded, owned int64
 	frames            atomic.Int64
-	// swept is next when the feed last asked for every namespace to be
-	// woken (see bound).
-	swept uint64
 }
 
 // eventSize is what an event holds beyond the live snapshot.
@@ -156,13 +153,14 @@ func newFeed(capacity int) *feed {
 	return &feed{ring: make([]Event, capacity), sizes: make([]eventSize, capacity)}
 }
 
-// append adds ev, which holds size beyond the live snapshot; the caller
+// append adds ev, which holds size beyond the live snapshot, and returns
+// its sequence number; ok is false when the feed is closed. The caller
 // holds Store.mu and bounds the feed's bytes next (bound).
-func (f *feed) append(ev Event, size eventSize) {
+func (f *feed) append(ev Event, size eventSize) (seq uint64, ok bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.open {
-		return
+		return 0, false
 	}
 	n := uint64(len(f.ring))
 	if f.next-f.first == n {
@@ -176,24 +174,19 @@ func (f *feed) append(ev Event, size eventSize) {
 	f.sizes[f.next%n] = size
 	f.owned += size.owned
 	f.next++
+	return f.next - 1, true
 }
 
 // bound notes that history holds no state before oldestRV (the RV of its
 // oldest snapshot), then drops the oldest events while the feed holds more
-// than maxBytes (none when maxBytes <= 0), keeping the newest. It reports
-// whether every namespace should be woken (Store.ChangedIn): a watcher of
-// one namespace sleeps through other namespaces' changes, and must read
-// before the events after its position are dropped. It is woken when the
-// feed holds at least half its byte bound and a quarter of the events it
-// held when they were last woken have been dropped since, as the count
-// bound's sweep does (see nsWaker); a change or a trim of history that
-// alone adds more than half the bound may still overrun it
-// (ErrFeedOverrun), as it overruns any cursor that many bytes behind.
-func (f *feed) bound(oldestRV uint64, maxBytes int64) bool {
+// than maxBytes (none when maxBytes <= 0), keeping the newest. A cursor
+// that had not read a dropped event is overrun (ErrFeedOverrun), unless a
+// Wait proves the event was not its (Cursor.Skip).
+func (f *feed) bound(oldestRV uint64, maxBytes int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.open {
-		return false
+		return
 	}
 	n := uint64(len(f.ring))
 	// The version an event at rv superseded is in history while history
@@ -202,19 +195,11 @@ func (f *feed) bound(oldestRV uint64, maxBytes int64) bool {
 		f.superseded += f.sizes[f.uncovered%n].superseded
 	}
 	if maxBytes <= 0 {
-		return false
+		return
 	}
 	for f.next-f.first > 1 && f.bytesLocked() > maxBytes {
 		f.evictLocked()
 	}
-	if 2*f.bytesLocked() < maxBytes {
-		return false
-	}
-	if f.swept >= f.first && 4*(f.swept-f.first) > 3*(f.next-f.first) {
-		return false
-	}
-	f.swept = f.next
-	return true
 }
 
 // evictLocked drops the oldest event.
@@ -258,7 +243,7 @@ func (f *feed) reset(rv uint64, open bool) {
 	clear(f.ring)
 	clear(f.sizes)
 	f.first = f.next
-	f.uncovered, f.swept = f.next, f.next
+	f.uncovered = f.next
 	f.superseded, f.owned = 0, 0
 	f.since = rv
 	f.gen++
@@ -319,4 +304,35 @@ func (c *Cursor) Read(dst []Event) ([]Event, error) {
 		c.seq++
 	}
 	return dst, nil
+}
+
+// Skip advances the cursor past the changes that w proves were not to
+// objects with w's field value: those since w was taken up to the change
+// that ended it, or up to the newest change while it waits. It returns
+// the resourceVersion of the last change skipped, 0 when it skipped none.
+// w must have been taken (Store.WaitOn) before the cursor last read every
+// change it had, as a watcher takes it before it reads and waits; a Wait
+// ended by a continuity break skips nothing, so that Read reports it.
+func (c *Cursor) Skip(w Wait) uint64 {
+	from, to, ok := w.skipTo()
+	if !ok || c.seq < from || c.seq >= to {
+		return 0
+	}
+	f := c.f
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.gen != c.gen || !f.open || to > f.next {
+		return 0
+	}
+	c.seq = to
+	// The last change skipped may have left the feed already; then the
+	// feed's since is its RV when it was the last to leave, and otherwise
+	// the cursor is overrun, as Read reports.
+	switch last := to - 1; {
+	case last >= f.first:
+		return f.ring[last%uint64(len(f.ring))].RV
+	case last+1 == f.first:
+		return f.since
+	}
+	return 0
 }

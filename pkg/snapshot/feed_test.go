@@ -390,44 +390,6 @@ func TestFeedByteBoundOverruns(t *testing.T) {
 	}
 }
 
-// TestChangedInByteBound: a watcher of one namespace sleeping through other
-// namespaces' changes is woken before the byte bound drops the changes it
-// has not read, well before a quarter of the count bound, and not on every
-// change.
-func TestChangedInByteBound(t *testing.T) {
-	const size, changes = 100, 200
-	s := NewStore(StoreConfig{FeedMaxBytes: 20 * size}) // about 20 changes
-	s.Replace([]*Entry{sizedEntry("b", "p1", 1, size)}, 10)
-	cur, err := s.Subscribe(10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wake, wakes := s.ChangedIn("a"), 0
-	for rv := uint64(11); rv < 11+changes; rv++ {
-		s.Apply(Change{Entry: sizedEntry("b", "p1", rv, size)}, rv)
-		if !closed(wake) {
-			continue
-		}
-		wakes++
-		wake = s.ChangedIn("a")
-		for {
-			evs, err := cur.Read(nil)
-			if err != nil {
-				t.Fatalf("after rv %d: Read = %v", rv, err)
-			}
-			if len(evs) == 0 {
-				break
-			}
-		}
-	}
-	if _, err := cur.Read(nil); err != nil {
-		t.Fatalf("Read = %v", err)
-	}
-	if wakes == 0 || wakes > changes/4 {
-		t.Errorf("woken %d times in %d changes, want some but at most one in four", wakes, changes)
-	}
-}
-
 // TestStatsFeedMaxBytes: the feed's byte bound is FeedMaxBytes, else the
 // history's bound in force; negative is none.
 func TestStatsFeedMaxBytes(t *testing.T) {

@@ -142,7 +142,7 @@ type Store struct {
 	pins  *lru.Cache[uint64, pin]
 	// feed holds recent changes for watchers; appended under mu.
 	feed *feed
-	// wake wakes the watchers of one field value (ChangedOn).
+	// wake wakes the watchers of one field value (WaitOn).
 	wake *waker
 
 	current atomic.Pointer[view]
@@ -184,7 +184,7 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	pins, _ := lru.New[uint64, pin](cfg.PinnedSnapshots) // error only for size <= 0
 	feed := newFeed(cfg.EventHistory)
-	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: feed, wake: newWaker(len(feed.ring))}
+	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: feed, wake: newWaker()}
 	s.resetTreesLocked()
 	empty := s.snapshotLocked(0)
 	s.current.Store(&view{latest: empty, history: []*Snapshot{empty}, next: make(chan struct{})})
@@ -251,20 +251,16 @@ func (s *Store) Progress() uint64 { return s.current.Load().progress }
 // Changed returns a channel closed when the store publishes a newer view.
 func (s *Store) Changed() <-chan struct{} { return s.current.Load().next }
 
-// ChangedOn returns a channel closed when a change to an object that has,
-// or had before the change, the field value k is in the feed, when the
-// feed breaks continuity or closes, at least once per quarter of the feed's
-// capacity of other changes, and, once the feed holds half its byte bound,
-// whenever it dropped a quarter of the changes it held at the last such
-// wake, so that a cursor waiting on it is not overrun by changes it does
-// not watch (one change that alone fills half the byte bound may still
-// overrun it). Progress alone (bookmarks) does not close it. Take it before
-// Cursor.Read, as Changed.
-func (s *Store) ChangedOn(k FieldValue) <-chan struct{} { return s.wake.changedOn(k) }
+// WaitOn returns a Wait for the next change to an object that has, or had
+// before the change, the field value k; it is also done at every
+// continuity break. Progress alone (bookmarks) does not end it, nor do
+// changes to other objects, however many: Cursor.Skip passes over those
+// without reading them. Take it before Cursor.Read, as Changed.
+func (s *Store) WaitOn(k FieldValue) Wait { return s.wake.waitOn(k) }
 
-// ChangedIn is ChangedOn for the objects of namespace ns.
-func (s *Store) ChangedIn(ns string) <-chan struct{} {
-	return s.ChangedOn(FieldValue{Field: FieldNamespace, Value: ns})
+// WaitIn is WaitOn for the objects of namespace ns.
+func (s *Store) WaitIn(ns string) Wait {
+	return s.WaitOn(FieldValue{Field: FieldNamespace, Value: ns})
 }
 
 // At returns the snapshot holding the state at exactly rv: a pinned one, or
@@ -512,8 +508,9 @@ func (s *Store) Apply(c Change, rv uint64) {
 		size.superseded = s.supersededBytesLocked(prev)
 		ev.Type, ev.Prev = Modified, prev
 	}
-	s.feed.append(ev, size)
-	s.wake.changed(c.Entry, ev.Prev)
+	if seq, ok := s.feed.append(ev, size); ok {
+		s.wake.changed(c.Entry, ev.Prev, seq)
+	}
 	// Each snapshot also holds the tree nodes the change copied.
 	freed := snapshotOverheadBytes + size.superseded
 	s.freedTotal += freed
@@ -618,13 +615,9 @@ func (s *Store) supersededBytesLocked(prev *Entry) int64 {
 	return int64(len(prev.Raw)) + s.supersededLocked(prev) + prev.gzip.detach()
 }
 
-// boundFeedLocked bounds the feed's bytes now that history is history, and
-// wakes every namespace's watchers when the feed may soon drop what they
-// have not read.
+// boundFeedLocked bounds the feed's bytes now that history is history.
 func (s *Store) boundFeedLocked(history []*Snapshot) {
-	if s.feed.bound(history[0].rv, s.feedMaxBytesLocked()) {
-		s.wake.wakeAll()
-	}
+	s.feed.bound(history[0].rv, s.feedMaxBytesLocked())
 }
 
 // feedMaxBytesLocked is the byte bound on the feed now; 0 is no bound.

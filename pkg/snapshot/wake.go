@@ -11,7 +11,7 @@ const (
 // FieldValue is one value of one selectable field (metadata.name,
 // metadata.namespace, or a field of the entry's FieldNames): a watcher
 // whose selector requires it waits for changes to objects that have it
-// (Store.ChangedOn).
+// (Store.WaitOn).
 type FieldValue struct {
 	Field, Value string
 }
@@ -33,63 +33,105 @@ func valueOf(e *Entry, field string) (string, bool) {
 	return e.Fields.Get(field), true
 }
 
+// Wait is a wait for the next change to an object with one field value
+// (Store.WaitOn). Besides waking its watcher, it proves which changes of the
+// feed the watcher need not read (Cursor.Skip), so that a watcher of one
+// node's pods neither reads nor is woken by other nodes' changes, however
+// many there are. The zero Wait proves nothing.
+type Wait struct {
+	sig *signal
+	w   *waker
+}
+
+// Done is closed by the first change to an object that has, or had before
+// the change, the Wait's field value, and by every continuity break.
+func (w Wait) Done() <-chan struct{} { return w.sig.done }
+
+// skipTo returns the feed sequence number up to which no change touched
+// the Wait's field value since the Wait was made: the change that closed
+// it, or the newest change while it is open. ok is false when it was
+// closed by a continuity break or proves nothing.
+func (w Wait) skipTo() (from, to uint64, ok bool) {
+	if w.sig == nil {
+		return 0, 0, false
+	}
+	w.w.mu.Lock()
+	defer w.w.mu.Unlock()
+	select {
+	case <-w.sig.done:
+		return w.sig.from, w.sig.at, w.sig.at != resetSeq
+	default:
+		return w.sig.from, w.w.head, true
+	}
+}
+
+// signal is the shared wait of every watcher of one field value.
+type signal struct {
+	done chan struct{}
+	// from is the feed's head when the signal was made: no change at or
+	// after from touched the value before the change at `at`.
+	from uint64
+	// at is the sequence number of the change that closed done, or
+	// resetSeq for a continuity break; set before done is closed.
+	at uint64
+}
+
+const resetSeq = ^uint64(0)
+
 // waker wakes the watchers of one field value (a namespace, a node name,
 // an object's name) only when a change touched that value, rather than on
-// every change of the store. So that such a watcher never falls more than
-// the feed's capacity behind while it sleeps (its cursor would be
-// overrun), every value is also woken once per sweepEvery changes, and on
-// every continuity break.
+// every change of the store.
 type waker struct {
 	mu sync.Mutex
-	// chans holds, per field and value, the channel closed at the value's
-	// next wake; made on demand, dropped when closed. A field is dropped
+	// chans holds, per field and value, the signal closed at the value's
+	// next change; made on demand, dropped when closed. A field is dropped
 	// with its last value, so that a change looks up only the fields some
 	// watcher waits on.
-	chans map[string]map[string]chan struct{}
-	// since counts changes since every value was last woken.
-	since, sweepEvery int
+	chans map[string]map[string]*signal
+	// head is the sequence number after the last change the waker was told
+	// of: every change before it that touched a waited-on value closed its
+	// signal.
+	head uint64
 }
 
-func newWaker(feedCapacity int) *waker {
-	return &waker{chans: map[string]map[string]chan struct{}{}, sweepEvery: max(1, feedCapacity/4)}
+func newWaker() *waker {
+	return &waker{chans: map[string]map[string]*signal{}}
 }
 
-// changedOn returns a channel closed at the next wake of k.
-func (w *waker) changedOn(k FieldValue) <-chan struct{} {
+// waitOn returns the Wait for k's next change.
+func (w *waker) waitOn(k FieldValue) Wait {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	values, ok := w.chans[k.Field]
 	if !ok {
-		values = map[string]chan struct{}{}
+		values = map[string]*signal{}
 		w.chans[k.Field] = values
 	}
-	ch, ok := values[k.Value]
+	sig, ok := values[k.Value]
 	if !ok {
-		ch = make(chan struct{})
-		values[k.Value] = ch
+		sig = &signal{done: make(chan struct{}), from: w.head}
+		values[k.Value] = sig
 	}
-	return ch
+	return Wait{sig: sig, w: w}
 }
 
-// changed wakes the values of cur and prev (nil when absent) after a change
-// from prev to cur was appended to the feed: a watcher of either value may
-// see an event (an object entering or leaving its selection).
-func (w *waker) changed(cur, prev *Entry) {
+// changed wakes the values of cur and prev (nil when absent) after the
+// change from prev to cur was appended to the feed at seq: a watcher of
+// either value may see an event (an object entering or leaving its
+// selection).
+func (w *waker) changed(cur, prev *Entry, seq uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.since++
-	if w.since >= w.sweepEvery {
-		w.wakeAllLocked()
-		return
-	}
+	w.head = seq + 1
 	for field, values := range w.chans {
 		for _, e := range [2]*Entry{cur, prev} {
 			if e == nil {
 				continue
 			}
 			if v, ok := valueOf(e, field); ok {
-				if ch, ok := values[v]; ok {
-					close(ch)
+				if sig, ok := values[v]; ok {
+					sig.at = seq
+					close(sig.done)
 					delete(values, v)
 				}
 			}
@@ -100,19 +142,16 @@ func (w *waker) changed(cur, prev *Entry) {
 	}
 }
 
-// wakeAll wakes every value (a continuity break, a stop).
+// wakeAll wakes every value at a continuity break or a stop: nothing may
+// be skipped, the cursors must read (and be told of the break).
 func (w *waker) wakeAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.wakeAllLocked()
-}
-
-func (w *waker) wakeAllLocked() {
 	for field, values := range w.chans {
-		for _, ch := range values {
-			close(ch)
+		for _, sig := range values {
+			sig.at = resetSeq
+			close(sig.done)
 		}
 		delete(w.chans, field)
 	}
-	w.since = 0
 }

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
@@ -16,63 +17,54 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-// TestChangedIn: a namespace's channel is closed by a change to that
-// namespace, not by changes to others or by progress, until the sweep that
-// keeps a sleeping cursor from being overrun (a quarter of the feed's
-// capacity of changes), and by every continuity break.
-func TestChangedIn(t *testing.T) {
-	s := NewStore(StoreConfig{EventHistory: 16}) // sweep every 4 changes
+// TestWaitIn: a namespace's wait ends with a change to that namespace,
+// not with progress or changes to other namespaces, however many (the
+// cursor skips those, TestSkip), and with every continuity break.
+func TestWaitIn(t *testing.T) {
+	s := NewStore(StoreConfig{EventHistory: 16})
 	s.Replace([]*Entry{entry("a", "p1", 1, ""), entry("b", "p1", 2, "")}, 10)
 
-	a := s.ChangedIn("a")
+	a := s.WaitIn("a")
 	s.MarkProgress(11)
-	s.Apply(Change{Entry: entry("b", "p2", 12, "")}, 12)
-	if closed(a) {
-		t.Fatal("namespace a woken by progress or a change to namespace b")
+	for rv := uint64(12); rv < 100; rv++ { // more than the feed holds
+		s.Apply(Change{Entry: entry("b", "p2", rv, "")}, rv)
 	}
-	cur, err := s.Subscribe(12)
+	if closed(a.Done()) {
+		t.Fatal("namespace a woken by progress or changes to namespace b")
+	}
+	cur, err := s.Subscribe(99)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Apply(Change{Deleted: true, Entry: &Entry{Key: "a/p1"}}, 13) // known by its key only
-	if !closed(a) {
+	s.Apply(Change{Deleted: true, Entry: &Entry{Key: "a/p1"}}, 100) // known by its key only
+	if !closed(a.Done()) {
 		t.Fatal("namespace a not woken by the deletion of a/p1")
 	}
 	if evs, err := cur.Read(nil); err != nil || len(evs) != 1 || evs[0].Object.Key != "a/p1" {
 		t.Fatalf("after the wake the cursor reads %v, %v; want the deletion", feedEvents(evs), err)
 	}
 
-	a = s.ChangedIn("a")
-	s.Apply(Change{Entry: entry("b", "p3", 14, "")}, 14)
-	if closed(a) {
-		t.Fatal("namespace a woken by one change to namespace b")
-	}
-	s.Apply(Change{Entry: entry("b", "p4", 15, "")}, 15) // the fourth since the relist
-	if !closed(a) {
-		t.Fatal("namespace a not woken by the sweep after a quarter of the feed's capacity")
-	}
-
-	a = s.ChangedIn("a")
-	s.Replace([]*Entry{entry("b", "p1", 2, "")}, 20)
-	if !closed(a) {
+	a = s.WaitIn("a")
+	s.Replace([]*Entry{entry("b", "p1", 2, "")}, 200)
+	if !closed(a.Done()) {
 		t.Fatal("namespace a not woken by a relist")
 	}
-	a = s.ChangedIn("a")
+	a = s.WaitIn("a")
 	s.Unsync()
-	if !closed(a) {
+	if !closed(a.Done()) {
 		t.Fatal("namespace a not woken by Unsync")
 	}
-	a = s.ChangedIn("a")
+	a = s.WaitIn("a")
 	s.Stop()
-	if !closed(a) {
+	if !closed(a.Done()) {
 		t.Fatal("namespace a not woken by Stop")
 	}
 }
 
-// TestChangedOn: a change wakes the watchers of the field values its object
+// TestWaitOn: a change wakes the watchers of the field values its object
 // has and had before it (so that an object moving from one value to
 // another wakes the watchers it leaves and those it enters), and no others.
-func TestChangedOn(t *testing.T) {
+func TestWaitOn(t *testing.T) {
 	node := func(v string) FieldValue { return FieldValue{Field: "spec.nodeName", Value: v} }
 	name := func(v string) FieldValue { return FieldValue{Field: FieldName, Value: v} }
 	ns := func(v string) FieldValue { return FieldValue{Field: FieldNamespace, Value: v} }
@@ -112,15 +104,15 @@ func TestChangedOn(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := NewStore(StoreConfig{EventHistory: 1024})
 			s.Replace([]*Entry{entry("a", "p1", 1, "n1")}, 10)
-			chans := map[FieldValue]<-chan struct{}{}
+			waits := map[FieldValue]Wait{}
 			for _, k := range watched {
-				chans[k] = s.ChangedOn(k)
+				waits[k] = s.WaitOn(k)
 			}
 			s.MarkProgress(11)
 			s.Apply(tc.change, 12)
 			var got []FieldValue
 			for _, k := range watched {
-				if closed(chans[k]) {
+				if closed(waits[k].Done()) {
 					got = append(got, k)
 				}
 			}
@@ -131,37 +123,111 @@ func TestChangedOn(t *testing.T) {
 	}
 }
 
-// TestChangedOnSweepAndReset: a field value not touched is still woken
-// once per quarter of the feed's capacity of changes, so that its
-// watcher's cursor is never overrun, and by every continuity break.
-func TestChangedOnSweepAndReset(t *testing.T) {
+// TestSkip: a watcher of one node that sleeps through any number of other
+// nodes' changes (more than the feed keeps by count or by bytes) is not
+// overrun: its cursor skips them without reading, to the change that woke
+// it, and reads that one; a wait ended by a continuity break skips
+// nothing, so that the cursor reports the break.
+func TestSkip(t *testing.T) {
 	k := FieldValue{Field: "spec.nodeName", Value: "idle"}
-	tests := []struct {
-		name  string
-		apply int // changes to other nodes
-		reset func(*Store)
-		want  bool
-	}{
-		{name: "three changes elsewhere", apply: 3, want: false},
-		{name: "the sweep after four", apply: 4, want: true},
-		{name: "relist", reset: func(s *Store) { s.Replace(nil, 100) }, want: true},
-		{name: "unsync", reset: (*Store).Unsync, want: true},
-		{name: "stop", reset: (*Store).Stop, want: true},
+	busy := func(rv uint64) Change {
+		e := entry("a", fmt.Sprintf("p%d", rv%7), rv, "busy")
+		e.Raw = make([]byte, 100)
+		return Change{Entry: e}
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s := NewStore(StoreConfig{EventHistory: 16}) // sweep every 4 changes
+	s := NewStore(StoreConfig{EventHistory: 16, FeedMaxBytes: 1000}) // about 10 changes
+	s.Replace(nil, 10)
+	cur, err := s.Subscribe(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.WaitOn(k)
+	if evs, err := cur.Read(nil); err != nil || len(evs) != 0 {
+		t.Fatalf("Read = %v, %v; want nothing yet", feedEvents(evs), err)
+	}
+	for rv := uint64(11); rv <= 200; rv++ {
+		s.Apply(busy(rv), rv)
+	}
+	if closed(w.Done()) {
+		t.Fatal("woken by other nodes' changes")
+	}
+	// A bookmark's read: the cursor skips to the newest change.
+	if rv := cur.Skip(w); rv != 200 {
+		t.Errorf("Skip while waiting = %d, want 200, the last change skipped", rv)
+	}
+	if evs, err := cur.Read(nil); err != nil || len(evs) != 0 {
+		t.Fatalf("after Skip: Read = %v, %v; want nothing", feedEvents(evs), err)
+	}
+
+	w = s.WaitOn(k)
+	for rv := uint64(201); rv <= 300; rv++ {
+		s.Apply(busy(rv), rv)
+	}
+	s.Apply(Change{Entry: entry("a", "mine", 301, "idle")}, 301)
+	s.Apply(busy(302), 302)
+	if !closed(w.Done()) {
+		t.Fatal("not woken by a change to its node")
+	}
+	if rv := cur.Skip(w); rv != 300 {
+		t.Errorf("Skip after the wake = %d, want 300, the change before the one that woke it", rv)
+	}
+	evs, err := cur.Read(nil)
+	if err != nil {
+		t.Fatalf("after Skip: Read = %v", err)
+	}
+	if diff := cmp.Diff([]string{"ADDED a/mine@301", "MODIFIED a/p1@302 prev@295"}, feedEvents(evs)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+
+	for name, reset := range map[string]func(*Store){
+		"relist": func(s *Store) { s.Replace(nil, 1000) },
+		"unsync": (*Store).Unsync,
+		"stop":   (*Store).Stop,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := NewStore(StoreConfig{EventHistory: 16})
 			s.Replace(nil, 10)
-			ch := s.ChangedOn(k)
-			for i := range tc.apply {
-				s.Apply(Change{Entry: entry("a", fmt.Sprintf("p%d", i), uint64(11+i), "busy")}, uint64(11+i))
+			cur, err := s.Subscribe(10)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if tc.reset != nil {
-				tc.reset(s)
+			w := s.WaitOn(k)
+			s.Apply(busy(11), 11)
+			reset(s)
+			if !closed(w.Done()) {
+				t.Fatal("not woken by a continuity break")
 			}
-			if got := closed(ch); got != tc.want {
-				t.Errorf("woken %v, want %v", got, tc.want)
+			if rv := cur.Skip(w); rv != 0 {
+				t.Errorf("Skip after a break = %d, want 0 (nothing skipped)", rv)
+			}
+			if _, err := cur.Read(nil); !errors.Is(err, ErrFeedReset) {
+				t.Errorf("Read = %v, want ErrFeedReset", err)
 			}
 		})
+	}
+}
+
+// TestSkipOnlyWhatTheWaitSaw: a wait proves nothing about the changes
+// before it was taken: a cursor that has not read them yet reads them.
+func TestSkipOnlyWhatTheWaitSaw(t *testing.T) {
+	k := FieldValue{Field: "spec.nodeName", Value: "n1"}
+	s := NewStore(StoreConfig{EventHistory: 16})
+	s.Replace(nil, 10)
+	cur, err := s.Subscribe(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Apply(Change{Entry: entry("a", "mine", 11, "n1")}, 11)
+	w := s.WaitOn(k) // taken after the change to n1, before the cursor read it
+	s.Apply(Change{Entry: entry("a", "other", 12, "n2")}, 12)
+	if rv := cur.Skip(w); rv != 0 {
+		t.Errorf("Skip = %d, want 0", rv)
+	}
+	evs, err := cur.Read(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"ADDED a/mine@11", "ADDED a/other@12"}, feedEvents(evs)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }

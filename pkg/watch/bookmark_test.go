@@ -102,6 +102,13 @@ func TestBookmarkNeverOvertakesEvents(t *testing.T) {
 					}
 				}
 				timersSet()
+				// Writes are under way, so that every bookmark has a
+				// resourceVersion past the watch's start to carry.
+				if err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+					return store.Progress() > 100, nil
+				}); err != nil {
+					t.Fatal("the writes did not start")
+				}
 				clk.Step(time.Second + time.Millisecond) // the deadline bookmarks
 				timersSet()                              // each watcher handled its bookmark timer
 				close(stop)

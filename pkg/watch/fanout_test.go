@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -64,7 +65,7 @@ func (s *sink) String() string {
 
 // TestNodeWatchersWokenByTheirNodeOnly: of 2,000 watchers each of one
 // node's pods, a change to a pod of node-7 wakes node-7's watcher only;
-// no other reads the change or evaluates its selector.
+// no other reads the change or evaluates its selector, then or later.
 func TestNodeWatchersWokenByTheirNodeOnly(t *testing.T) {
 	const watchers = 2000
 	waits := make(chan string, 4*watchers) // node of each watcher that waits
@@ -118,15 +119,15 @@ func TestNodeWatchersWokenByTheirNodeOnly(t *testing.T) {
 	if diff := cmp.Diff([]string{"node-7", "node-8"}, got); diff != "" {
 		t.Errorf("watchers that read changes (-want +got):\n%s", diff)
 	}
-	// Only the two watchers woken read changes (node-8's the change to p7
-	// too, which its cursor had not passed).
+	// Only the two watchers woken read changes, and each only its own:
+	// node-8's skips the change to p7, which its wait proves is not its.
 	evaluated := map[int]int64{}
 	for i := range matches {
 		if n := matches[i].Load(); n > 0 {
 			evaluated[i] = n
 		}
 	}
-	if diff := cmp.Diff(map[int]int64{7: 2, 8: 4}, evaluated); diff != "" {
+	if diff := cmp.Diff(map[int]int64{7: 2, 8: 2}, evaluated); diff != "" {
 		t.Errorf("selector evaluations by watcher (-want +got):\n%s", diff)
 	}
 	for i, want := range map[int]string{7: `"name":"p7"`, 8: `"name":"p8"`, 9: ""} {
@@ -175,5 +176,41 @@ func TestNodeWatchersTransition(t *testing.T) {
 	}
 	if diff := cmp.Diff([]got{{wire.Added, "p1", "11", false}}, next(t, b, 1)); diff != "" {
 		t.Errorf("node-b's events (-want +got):\n%s", diff)
+	}
+}
+
+// TestIdleNodeWatcherSleepsThroughOthers: a node's watcher that sleeps
+// while other nodes' pods change, many times more than the feed keeps, is
+// not ended as too slow: its periodic bookmark carries the
+// newest change, and its own pod's next change reaches it.
+func TestIdleNodeWatcherSleepsThroughOthers(t *testing.T) {
+	waits := make(chan string, 16)
+	testHookWait = func(t Target) { waits <- t.Wake.Value }
+	t.Cleanup(func() { testHookWait = nil })
+	store := snapshot.NewStore(snapshot.StoreConfig{EventHistory: 16})
+	store.Replace([]*snapshot.Entry{pod("mine", "node-a", 5), pod("other", "node-b", 6)}, 10)
+	clk := testingclock.NewFakeClock(time.Now())
+	ts := serveWith(t, store, Config{BookmarkInterval: time.Minute, Clock: clk}, func(target *Target) {
+		*target = nodeTarget(store, "node-a", nil)
+	})
+	d := open(t, ts.URL+"?watch=1&resourceVersion=10&allowWatchBookmarks=true&timeoutSeconds=600")
+	defer d.Close()
+	<-waits
+	others := func(from, to uint64) {
+		for rv := from; rv <= to; rv++ {
+			store.Apply(snapshot.Change{Entry: pod("other", "node-b", rv)}, rv)
+		}
+	}
+
+	others(11, 110)
+	clk.Step(time.Minute)
+	if diff := cmp.Diff([]got{{wire.Bookmark, "", "110", false}}, next(t, d, 1)); diff != "" {
+		t.Errorf("after 100 changes to another node (-want +got):\n%s", diff)
+	}
+	<-waits
+	others(111, 210)
+	store.Apply(snapshot.Change{Entry: pod("mine", "node-a", 211)}, 211)
+	if diff := cmp.Diff([]got{{wire.Modified, "mine", "211", false}}, next(t, d, 1)); diff != "" {
+		t.Errorf("its own pod's change after 100 to another node (-want +got):\n%s", diff)
 	}
 }

@@ -402,7 +402,11 @@ type watcher struct {
 	bookmarkRV uint64
 	// readRV is the resourceVersion of the last change read from the
 	// cursor (or where it started): the client has every event up to it.
-	readRV  uint64
+	readRV uint64
+	// wait is the watcher's wait for changes to its field value or
+	// namespace, taken before it last read every change (waitForChanges);
+	// zero for a watcher woken by every change.
+	wait    snapshot.Wait
 	labels  []string
 	metrics *Metrics
 	// deadline is when the watch ends; end fires then. bookmarkTimer
@@ -712,18 +716,7 @@ var testHookWait func(Target)
 // stream sends the store's changes until the watch ends, and returns why.
 func (w *watcher) stream(ctx context.Context) string {
 	for {
-		// A watcher of one field value (a node's pods) or one namespace
-		// wakes for changes to its objects only (and for the store's
-		// periodic sweep and resets).
-		var changed <-chan struct{}
-		switch {
-		case w.t.Wake.Field != "":
-			changed = w.t.Store.ChangedOn(w.t.Wake)
-		case w.t.Namespace != "":
-			changed = w.t.Store.ChangedIn(w.t.Namespace)
-		default:
-			changed = w.t.Store.Changed()
-		}
+		changed := w.waitForChanges()
 		n, err := w.readChanges()
 		if err != nil {
 			return w.endReason(ctx, err)
@@ -743,6 +736,7 @@ func (w *watcher) stream(ctx context.Context) string {
 		}
 		select {
 		case <-changed:
+			w.skip()
 		case <-ctx.Done():
 			return w.endReason(ctx, ctx.Err())
 		case <-w.end.C():
@@ -753,6 +747,31 @@ func (w *watcher) stream(ctx context.Context) string {
 			}
 			w.bookmarkTimer = w.srv.cfg.Clock.NewTimer(w.nextBookmark())
 		}
+	}
+}
+
+// waitForChanges returns a channel closed when the store may have a change
+// for the watcher. A watcher of one field value (a node's pods) or one
+// namespace waits for changes to its objects only, and keeps that wait
+// (w.wait) to skip the others' changes without reading them (skip);
+// others wait for any change.
+func (w *watcher) waitForChanges() <-chan struct{} {
+	switch {
+	case w.t.Wake.Field != "":
+		w.wait = w.t.Store.WaitOn(w.t.Wake)
+	case w.t.Namespace != "":
+		w.wait = w.t.Store.WaitIn(w.t.Namespace)
+	default:
+		return w.t.Store.Changed()
+	}
+	return w.wait.Done()
+}
+
+// skip moves the cursor past the changes its wait proves are not the
+// watcher's, as read.
+func (w *watcher) skip() {
+	if rv := w.cursor.Skip(w.wait); rv > w.readRV {
+		w.readRV = rv
 	}
 }
 
@@ -768,6 +787,7 @@ func (w *watcher) stream(ctx context.Context) string {
 // carries the last change read.
 func (w *watcher) progressBookmark() error {
 	rv := w.t.Store.Progress()
+	w.skip()
 	for w.readRV < rv {
 		n, err := w.readChanges()
 		if err != nil {
