@@ -15,34 +15,9 @@ import (
 
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
-
-func TestAdmitStart(t *testing.T) {
-	tests := []struct {
-		name       string
-		req        startRequest
-		wantReason Reason
-		wantOK     bool
-	}{
-		{name: "sidecar", req: startRequest{authorized: true}, wantOK: true},
-		{name: "sidecar_unbounded", req: startRequest{authorized: true, used: 1 << 40}, wantOK: true},
-		{name: "cluster_wide_reader", req: startRequest{authorized: true, budget: 100, used: 99}, wantOK: true},
-		{name: "namespace_only", req: startRequest{}, wantReason: ReasonStoreNotAuthorized},
-		{name: "namespace_only_over_budget", req: startRequest{budget: 100, used: 100}, wantReason: ReasonStoreNotAuthorized},
-		{name: "preloaded", req: startRequest{preloaded: true}, wantOK: true},
-		{name: "preloaded_over_budget", req: startRequest{preloaded: true, budget: 100, used: 500}, wantOK: true},
-		{name: "over_budget", req: startRequest{authorized: true, budget: 100, used: 100}, wantReason: ReasonStoreOverBudget},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			reason, ok := admitStart(tc.req)
-			if reason != tc.wantReason || ok != tc.wantOK {
-				t.Errorf("admitStart(%+v) = %q, %v; want %q, %v", tc.req, reason, ok, tc.wantReason, tc.wantOK)
-			}
-		})
-	}
-}
 
 // forbiddenUpstream answers every request with the apiserver's 403, so
 // that a store started against it fails its list and is never waited for.
@@ -57,7 +32,7 @@ func forbiddenUpstream(t *testing.T) *httptest.Server {
 	return srv
 }
 
-// Which requests start a store (admission.go): the pods JSON store runs
+// Which requests start a store (stores.Registry.Acquire): the pods JSON store runs
 // with 1000 bytes; the protobuf one does not. A LIST or watch of pods in
 // protobuf starts it only for a trusted or cluster-wide caller, or
 // because it is preloaded, and within the budget; otherwise it passes
@@ -68,13 +43,13 @@ func TestStoreStartPolicy(t *testing.T) {
 		protobufPath = "/api/v1/namespaces/a/pods"
 		accept       = "application/vnd.kubernetes.protobuf"
 	)
-	protobufPods := Preload{Resource: podsGVR.GroupResource(), Format: wire.Protobuf, Explicit: true}
+	protobufPods := stores.Preload{Resource: podsGVR.GroupResource(), Format: wire.Protobuf, Explicit: true}
 	deny := func(context.Context, schema.GroupVersionResource) bool { return false }
 	allow := func(context.Context, schema.GroupVersionResource) bool { return true }
 	tests := []struct {
 		name      string
 		authorize func(context.Context, schema.GroupVersionResource) bool
-		preload   []Preload
+		preload   []stores.Preload
 		budget    int64
 		accept    string // "": JSON, the running store
 		// wantStarted: the protobuf store runs afterwards; else the
@@ -86,10 +61,10 @@ func TestStoreStartPolicy(t *testing.T) {
 		{name: "sidecar", accept: accept, wantStarted: true},
 		{name: "cluster_wide_reader", authorize: allow, accept: accept, wantStarted: true, wantAsked: true},
 		{name: "namespace_only", authorize: deny, accept: accept, wantRefused: ReasonStoreNotAuthorized, wantAsked: true},
-		{name: "preloaded", authorize: deny, preload: []Preload{protobufPods}, accept: accept, wantStarted: true},
+		{name: "preloaded", authorize: deny, preload: []stores.Preload{protobufPods}, accept: accept, wantStarted: true},
 		{name: "over_budget", authorize: allow, budget: 1000, accept: accept, wantRefused: ReasonStoreOverBudget, wantAsked: true},
 		{name: "within_budget", authorize: allow, budget: 1001, accept: accept, wantStarted: true, wantAsked: true},
-		{name: "preloaded_over_budget", authorize: deny, preload: []Preload{protobufPods}, budget: 1, accept: accept, wantStarted: true},
+		{name: "preloaded_over_budget", authorize: deny, preload: []stores.Preload{protobufPods}, budget: 1, accept: accept, wantStarted: true},
 		{name: "running_store_serves_namespace_only", authorize: deny, budget: 1},
 	}
 	for _, kind := range []string{"list", "watch"} {
@@ -99,7 +74,8 @@ func TestStoreStartPolicy(t *testing.T) {
 					mu    sync.Mutex
 					asked []schema.GroupVersionResource
 				)
-				cfg := Config{Preload: tc.preload, MaxStoreBytes: tc.budget}
+				srv := forbiddenUpstream(t)
+				cfg := stores.Config{Preload: tc.preload, MaxStoreBytes: tc.budget, Upstream: &rest.Config{Host: srv.URL}}
 				if tc.authorize != nil {
 					cfg.AuthorizeStart = func(ctx context.Context, gvr schema.GroupVersionResource) bool {
 						mu.Lock()
@@ -112,11 +88,13 @@ func TestStoreStartPolicy(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cfg.Metrics = metrics
-				l, _ := newServeTestLists(t, cfg, []*snapshot.Entry{testPod("a", "p1", 5)}, 7)
-				l.stores[storeKey{gvr: podsGVR, format: wire.JSON}].bytes.Store(1000)
-				srv := forbiddenUpstream(t)
-				l.cfg.Upstream, l.client = &rest.Config{Host: srv.URL}, srv.Client()
+				storeRegistry := prometheus.NewRegistry()
+				storeMetrics, err := stores.NewMetrics(storeRegistry)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.Metrics = storeMetrics
+				l, _ := newServeTestListsWith(t, Config{Metrics: metrics}, cfg, 1000, []*snapshot.Entry{testPod("a", "p1", 5)}, 7)
 
 				path := protobufPath
 				if kind == "watch" {
@@ -131,11 +109,17 @@ func TestStoreStartPolicy(t *testing.T) {
 				var reason string
 				var answered bool
 				if kind == "watch" {
-					target, why, ok := l.ResolveWatch(r, "", "")
-					if ok {
-						target.Release()
+					// The watch server's way to its store.
+					res, _ := l.stores.Lookup(podsGVR)
+					format := wire.JSON
+					if tc.accept != "" {
+						format = wire.Protobuf
 					}
-					reason, answered = why, ok || target.Reject != nil
+					h, why, ok := l.stores.Acquire(r.Context(), res, format, false)
+					if ok {
+						h.Release()
+					}
+					reason, answered = why, ok
 				} else {
 					rec := httptest.NewRecorder()
 					answered = l.ServeList(rec, r)
@@ -144,9 +128,7 @@ func TestStoreStartPolicy(t *testing.T) {
 					}
 				}
 
-				l.mu.RLock()
-				_, started := l.stores[storeKey{gvr: podsGVR, format: wire.Protobuf}]
-				l.mu.RUnlock()
+				started := l.stores.Store(podsGVR, wire.Protobuf) != nil
 				if started != tc.wantStarted {
 					t.Errorf("protobuf store started: %v, want %v", started, tc.wantStarted)
 				}
@@ -165,8 +147,9 @@ func TestStoreStartPolicy(t *testing.T) {
 							t.Errorf("listproxy_lists_total{reason=%q} = %v, want 1", tc.wantRefused, got)
 						}
 					}
-					if got := testutil.ToFloat64(metrics.refused.WithLabelValues("pods", refusedLabel(tc.wantRefused))); got != 1 {
-						t.Errorf("listproxy_stores_refused_total{reason=%q} = %v, want 1", refusedLabel(tc.wantRefused), got)
+					label := map[Reason]string{ReasonStoreNotAuthorized: "not_authorized", ReasonStoreOverBudget: "over_budget"}[tc.wantRefused]
+					if got := counterValue(t, storeRegistry, "listproxy_stores_refused_total", map[string]string{"resource": "pods", "reason": label}); got != 1 {
+						t.Errorf("listproxy_stores_refused_total{reason=%q} = %v, want 1", label, got)
 					}
 				}
 				var want []schema.GroupVersionResource
@@ -181,4 +164,29 @@ func TestStoreStartPolicy(t *testing.T) {
 			})
 		}
 	}
+}
+
+// counterValue is the value of the counter name with labels in reg; 0 when
+// it was never counted.
+func counterValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range f.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if labels[lp.GetName()] != lp.GetValue() {
+					continue metrics
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
 }

@@ -12,18 +12,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/wire"
+	"github.com/listproxy/listproxy/pkg/stores"
 )
 
 // coldTestLists returns a Lists whose pods store has not synced, and that
 // store.
 func coldTestLists(t *testing.T, wait time.Duration) (*Lists, *snapshot.Store) {
 	t.Helper()
-	l, _ := newServeTestLists(t, Config{ColdStoreWait: wait}, nil, 1)
-	e := l.stores[storeKey{gvr: podsGVR, format: wire.JSON}]
-	e.store = snapshot.NewStore(snapshot.StoreConfig{})
-	e.started = time.Now()
-	return l, e.store
+	return newServeTestListsWith(t, Config{}, stores.Config{ColdStoreWait: wait}, 0, nil, 0)
 }
 
 // A LIST of a store whose first list is in flight waits for it and is
@@ -90,7 +86,7 @@ func TestColdStoreAfterWait(t *testing.T) {
 			if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil {
 				t.Fatal(err)
 			}
-			if status.Reason != metav1.StatusReasonTooManyRequests || status.Message != storeNotReadyMessage || status.Details == nil || status.Details.RetryAfterSeconds != 1 {
+			if status.Reason != metav1.StatusReasonTooManyRequests || status.Message != "storage is (re)initializing" || status.Details == nil || status.Details.RetryAfterSeconds != 1 {
 				t.Errorf("status %+v, want the apiserver's unready watch cache Status", status)
 			}
 		})
@@ -105,96 +101,4 @@ func TestColdStoreWaitEndsWithContext(t *testing.T) {
 	r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/api/v1/pods?resourceVersion=0", nil)
 	rec := httptest.NewRecorder()
 	l.ServeList(rec, r) // returns: the test would time out otherwise
-}
-
-func TestRetryAfterUnready(t *testing.T) {
-	for _, tc := range []struct {
-		downtime time.Duration
-		want     int
-	}{
-		{0, 1}, {10 * time.Second, 1}, {20 * time.Second, 3}, {time.Minute, 30}, {time.Hour, 30},
-	} {
-		if got := retryAfterUnready(tc.downtime); got != tc.want {
-			t.Errorf("retryAfterUnready(%v) = %d, want %d", tc.downtime, got, tc.want)
-		}
-	}
-}
-
-func TestParsePreload(t *testing.T) {
-	got, err := ParsePreload([]string{"pods", "pods/json", "endpointslices.discovery.k8s.io", "pods", " nodes "})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, p := range got {
-		names = append(names, p.String())
-	}
-	want := []string{"pods", "pods/json", "endpointslices.discovery.k8s.io", "nodes"}
-	if len(names) != len(want) {
-		t.Fatalf("got %v, want %v", names, want)
-	}
-	for i := range want {
-		if names[i] != want[i] {
-			t.Fatalf("got %v, want %v", names, want)
-		}
-	}
-	for _, bad := range []string{"*", "pods/yaml", "/json", "pods/json/x"} {
-		if _, err := ParsePreload([]string{bad}); err == nil {
-			t.Errorf("ParsePreload(%q): no error", bad)
-		}
-	}
-	// Without a format: what client-go's typed clients ask for.
-	for _, tc := range []struct {
-		p      Preload
-		custom bool
-		want   wire.Format
-	}{
-		{got[0], false, wire.Protobuf},
-		{got[0], true, wire.JSON},
-		{got[1], false, wire.JSON},
-	} {
-		if f := tc.p.formatFor(&resourceInfo{Custom: tc.custom}); f != tc.want {
-			t.Errorf("%s (custom %v): format %v, want %v", tc.p, tc.custom, f, tc.want)
-		}
-	}
-}
-
-// A watch of a store whose first list is in flight waits for it like a
-// LIST; past --cold-store-wait it gets the apiserver's 429 for an unready
-// watch cache instead of passing through.
-func TestColdStoreWatch(t *testing.T) {
-	req := func() *http.Request {
-		return httptest.NewRequest(http.MethodGet, "/api/v1/pods?watch=1", nil)
-	}
-	t.Run("waits", func(t *testing.T) {
-		l, store := coldTestLists(t, time.Minute)
-		done := make(chan bool, 1)
-		go func() {
-			target, _, ok := l.ResolveWatch(req(), "", "")
-			if ok {
-				target.Release()
-			}
-			done <- ok
-		}()
-		store.Replace([]*snapshot.Entry{testPod("a", "p1", 5)}, 7)
-		if !<-done {
-			t.Fatal("watch of a store that synced while it waited not served")
-		}
-	})
-	t.Run("after_wait", func(t *testing.T) {
-		l, _ := coldTestLists(t, time.Millisecond)
-		target, reason, ok := l.ResolveWatch(req(), "", "")
-		if ok || target.Reject == nil {
-			t.Fatalf("ResolveWatch = ok %v, reason %q, Reject set %v; want a rejection", ok, reason, target.Reject != nil)
-		}
-		rec := httptest.NewRecorder()
-		target.Reject(rec)
-		var status metav1.Status
-		if err := json.Unmarshal(rec.Body.Bytes(), &status); err != nil {
-			t.Fatal(err)
-		}
-		if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") != "1" || status.Message != storeNotReadyMessage {
-			t.Errorf("HTTP %d, Retry-After %q, %+v; want the apiserver's 429 for an unready watch cache", rec.Code, rec.Header().Get("Retry-After"), status)
-		}
-	})
 }

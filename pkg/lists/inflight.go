@@ -225,12 +225,12 @@ func (l *Lists) admit(ctx context.Context, estimate int64, pageFn func() (snapsh
 	return page, total, &listSlot{f: l.inflight, weight: w.weight}, nil
 }
 
-// admitWatchList admits the initial events of a watch-list weighing weight
+// AdmitWatchList admits the initial events of a watch-list weighing weight
 // bytes as a LIST response is admitted (same bounds, queue and 429): a
 // storm of informers' watch-lists is a LIST storm. It returns the slot's
 // release and the deadline of writing them (InflightConfig.WriteTimeout
 // from now; zero without one), or the 429.
-func (l *Lists) admitWatchList(ctx context.Context, weight int64) (func(), time.Time, *apierrors.StatusError) {
+func (l *Lists) AdmitWatchList(ctx context.Context, weight int64) (func(), time.Time, *apierrors.StatusError) {
 	w := l.inflight.enqueue(weight)
 	if w == nil {
 		return nil, time.Time{}, tooManyListsError()
@@ -254,10 +254,10 @@ func (l *Lists) admitWatchList(ctx context.Context, weight int64) (func(), time.
 // -1 when selectors decide the items.
 func (l *Lists) estimateWeight(req listRequest, d paging.Decision, token paging.Token, snap *snapshot.Snapshot) int64 {
 	objects := int64(snap.Len())
-	if req.selectors || objects == 0 {
+	if req.Selective || objects == 0 {
 		return -1
 	}
-	items := int64(snap.Count(req.col.Namespace))
+	items := int64(snap.Count(req.Namespace))
 	if d.Action == paging.ServeContinue {
 		items = max(0, token.Total-token.Returned)
 	}

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
@@ -366,7 +367,7 @@ func TestEstimateWeight(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Lists{cfg: Config{LimitForRV0: tc.limitForRV0}}
-			req := listRequest{col: collection{Namespace: tc.namespace}, query: listQuery{limit: tc.limit}, selectors: tc.selectors}
+			req := listRequest{Request: collection.Request{Path: collection.Path{Namespace: tc.namespace}, Selective: tc.selectors}, query: listQuery{limit: tc.limit}}
 			if got := l.estimateWeight(req, paging.Decision{Action: tc.action}, tc.token, snap); got != tc.want {
 				t.Errorf("estimateWeight = %d, want %d", got, tc.want)
 			}
@@ -563,7 +564,7 @@ func TestAdmitWatchList(t *testing.T) {
 	f := newInflight(InflightConfig{MaxBytes: 100, WriteTimeout: time.Minute, Clock: clocktesting.NewFakeClock(time.Now())})
 	l := &Lists{inflight: f, cfg: Config{Inflight: InflightConfig{WriteTimeout: time.Minute}}}
 
-	release, deadline, rejected := l.admitWatchList(context.Background(), 70)
+	release, deadline, rejected := l.AdmitWatchList(context.Background(), 70)
 	if rejected != nil {
 		t.Fatalf("first watch-list rejected: %v", rejected)
 	}
@@ -577,7 +578,7 @@ func TestAdmitWatchList(t *testing.T) {
 	if _, _, _, status := l.admit(context.Background(), 40, nil); status == nil || status.Status().Code != http.StatusTooManyRequests {
 		t.Errorf("LIST beside the watch-list: %v, want 429", status)
 	}
-	if _, _, rejected := l.admitWatchList(context.Background(), 40); rejected == nil || rejected.Status().Code != http.StatusTooManyRequests ||
+	if _, _, rejected := l.AdmitWatchList(context.Background(), 40); rejected == nil || rejected.Status().Code != http.StatusTooManyRequests ||
 		rejected.Status().Details == nil || rejected.Status().Details.RetryAfterSeconds != 1 {
 		t.Errorf("second watch-list: %v, want the apiserver's 429 with retryAfterSeconds 1", rejected)
 	}

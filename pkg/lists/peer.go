@@ -1,12 +1,5 @@
 package lists
 
-import (
-	"net/http"
-	"time"
-
-	"k8s.io/client-go/rest"
-)
-
 // Warm start from a peer (Config.Peer): a replica reads each store's first
 // list from another replica, marking every page with
 // httpapi.HeaderPeerList. The replica asked answers it from a store it
@@ -15,7 +8,7 @@ import (
 // once (httpapi.DeclinePeerList; the edge declines what it would pass
 // through before offering it here), and the asking replica lists from the
 // apiserver itself. The waits of a served read remain and are bounded: a
-// consistent read's freshness proof (Config.ConsistentReadTimeout) and
+// consistent read's freshness proof (stores.Config.ConsistentReadTimeout) and
 // admission (Config.Inflight.QueueWait, then 429). So a peer's list never
 // costs the apiserver more than the asking replica's own list would, and a
 // replica that a Service routes its own peer list to (it became ready, then
@@ -24,25 +17,3 @@ import (
 // ReasonPeerDeclined is the reason of the answer to a peer's list that
 // listproxy does not serve from a synced snapshot.
 const ReasonPeerDeclined Reason = "peer_declined"
-
-// peerListTimeout bounds each page of a peer's list, as the apiserver's
-// request timeout (60s) bounds a LIST: a peer that stops answering costs
-// the store a minute before it lists from the apiserver, not its life.
-const peerListTimeout = time.Minute
-
-// newPeerClient returns the client of Config.Peer. It follows no redirect:
-// client-go's transport adds the peer's credentials to every request it
-// sends, so a followed redirect would hand them to any host and scheme the
-// answer names. A redirect is a failed peer list (apiSource.do).
-func newPeerClient(peer *rest.Config) (*http.Client, error) {
-	client, err := rest.HTTPClientFor(withHealthCheckedTransport(peer))
-	if err != nil {
-		return nil, err
-	}
-	// A client of its own: HTTPClientFor may hand out http.DefaultClient.
-	return &http.Client{
-		Transport:     client.Transport,
-		Timeout:       client.Timeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}, nil
-}

@@ -6,9 +6,11 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
 )
 
 // Reason says why a LIST was served, passed through or rejected: the
@@ -17,14 +19,15 @@ import (
 // reasons too, under their own names.
 type Reason string
 
-// Reasons for passing a LIST through before it is resolved (parse).
+// Reasons for passing a LIST through before it is resolved (parse): those
+// of collection.Parse, and a query listproxy does not understand.
 const (
-	ReasonMethod    Reason = "method"     // not a GET
-	ReasonPath      Reason = "path"       // not a resource collection
-	ReasonResource  Reason = "resource"   // not a cached resource
-	ReasonQuery     Reason = "query"      // a query parameter listproxy does not understand
-	ReasonMediaType Reason = "media_type" // a representation listproxy does not store
-	ReasonSelector  Reason = "selector"   // a selector listproxy cannot evaluate
+	ReasonMethod    Reason = collection.ReasonMethod
+	ReasonPath      Reason = collection.ReasonPath
+	ReasonResource  Reason = collection.ReasonResource
+	ReasonQuery     Reason = "query"
+	ReasonMediaType Reason = collection.ReasonMediaType
+	ReasonSelector  Reason = collection.ReasonSelector
 )
 
 // Reasons of resolve and respond besides those of paging.Decide and
@@ -58,13 +61,15 @@ type verdict struct {
 	status  *apierrors.StatusError // outcomeReject
 
 	// For outcomeServe: the decision, the continue token (zero without
-	// one), the snapshot and resourceVersion to serve, and its store.
+	// one), the snapshot and resourceVersion to serve.
 	decision paging.Decision
 	token    paging.Token
 	digest   [32]byte // of the request's selectors, bound into tokens
 	snap     *snapshot.Snapshot
 	rv       uint64
-	entry    *storeEntry
+	// handle holds the request's store, whatever the outcome, once
+	// acquired; released when the answer is written.
+	handle *stores.Handle
 }
 
 func pass(reason Reason) verdict { return verdict{outcome: outcomePass, reason: reason} }
@@ -78,7 +83,7 @@ func reject(reason Reason, status *apierrors.StatusError) verdict {
 // token, asks paging.Decide for the row, and finds the snapshot that row
 // serves, proving freshness with the store's freshness.Prover where the row
 // needs it. It writes nothing.
-func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
+func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 	q := req.query
 	var token paging.Token
 	var openErr error
@@ -87,7 +92,7 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 	if ours {
 		token, openErr = l.cfg.Keys.Open(q.continueToken)
 		if openErr == nil {
-			openErr = token.Matches(req.info.GVR.Group, req.info.GVR.Resource, req.col.Namespace, digest)
+			openErr = token.Matches(req.Resource.GVR.Group, req.Resource.GVR.Resource, req.Namespace, digest)
 		}
 	}
 	d := paging.Decide(paging.Request{
@@ -98,8 +103,27 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		ContinueIsOurs:       ours,
 		ContinueErr:          openErr,
 	})
-	serve := func(entry *storeEntry, snap *snapshot.Snapshot, rv uint64) verdict {
-		return verdict{outcome: outcomeServe, reason: Reason(d.Reason), decision: d, token: token, digest: digest, snap: snap, rv: rv, entry: entry}
+	// Every row below the first two reads the request's store; the
+	// verdict carries its handle, whatever the outcome.
+	var h *stores.Handle
+	defer func() { v.handle = h }()
+	serve := func(snap *snapshot.Snapshot, rv uint64) verdict {
+		return verdict{outcome: outcomeServe, reason: Reason(d.Reason), decision: d, token: token, digest: digest, snap: snap, rv: rv}
+	}
+	switch d.Action {
+	case paging.PassThrough, paging.Reject:
+	case paging.ServeConsistent:
+		if !l.stores.ProvesWithEtcd() {
+			// Without etcd, freshness cannot be proven: pass through.
+			return pass(ReasonNoEtcd)
+		}
+		fallthrough
+	default:
+		var refused Reason
+		var ready bool
+		if h, refused, ready = l.readyStore(ctx, req); !ready {
+			return l.notReady(req, h, refused)
+		}
 	}
 
 	switch d.Action {
@@ -124,18 +148,14 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		// Our continue token: the snapshot at its RV; a newer replica's
 		// token is proven with etcd; 410 once etcd compacted it; else the
 		// apiserver continues the list at the same RV.
-		entry, refused, ok := l.readyStore(ctx, req)
-		if !ok {
-			return l.notReady(req, entry, refused)
-		}
 		// A token from another replica may be at a revision this one has
 		// not seen.
-		snap, err := l.stateAt(ctx, entry, token.RV)
-		if errors.Is(err, snapshot.ErrCompacted) || errors.Is(err, snapshot.ErrNotRetained) && l.compacted(ctx, token.RV) {
+		snap, err := h.StateAt(ctx, token.RV)
+		if errors.Is(err, snapshot.ErrCompacted) || errors.Is(err, snapshot.ErrNotRetained) && l.stores.Compacted(ctx, token.RV) {
 			// etcd no longer has this revision: the apiserver's 410, with a
 			// token that continues from the same key at the latest RV.
 			l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueExpired)
-			next := paging.NativeContinueLatest(paging.RelativeKey(req.col.Namespace, token.StartKey))
+			next := paging.NativeContinueLatest(paging.RelativeKey(req.Namespace, token.StartKey))
 			return reject(ReasonContinueExpired, paging.ExpiredContinueError(next))
 		}
 		if errors.Is(err, snapshot.ErrNotRetained) {
@@ -144,47 +164,33 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		if err != nil {
 			return pass(ReasonSnapshotUnavailable)
 		}
-		return serve(entry, snap, token.RV)
+		return serve(snap, token.RV)
 
 	case paging.ServeConsistent:
 		// resourceVersion unset: the latest snapshot once freshness is
-		// proven; without etcd, or on timeout, pass through (or 429).
-		if l.cfg.Freshness == nil {
-			return pass(ReasonNoEtcd)
-		}
-		entry, refused, ok := l.readyStore(ctx, req)
-		if !ok {
-			return l.notReady(req, entry, refused)
-		}
-		snap, rv, outcome := entry.prover.Consistent(ctx)
+		// proven (without etcd it passed through above); on timeout, pass
+		// through (or 429).
+		snap, rv, outcome := h.Prover().Consistent(ctx)
 		if snap == nil {
 			if l.cfg.FallbackReject && outcome != freshness.PrefixUnverified {
 				return reject(Reason(outcome), apierrors.NewTooManyRequests("listproxy could not prove the freshness of its snapshot in time; retry", 1))
 			}
 			return pass(Reason(outcome))
 		}
-		return serve(entry, snap, rv)
+		return serve(snap, rv)
 
 	case paging.ServeLatest:
 		// resourceVersion="0": the latest snapshot, no wait.
-		entry, refused, ok := l.readyStore(ctx, req)
-		if !ok {
-			return l.notReady(req, entry, refused)
-		}
-		snap, rv, err := entry.store.Latest()
+		snap, rv, err := h.Store().Latest()
 		if err != nil {
 			return pass(ReasonSnapshotUnavailable)
 		}
-		return serve(entry, snap, rv)
+		return serve(snap, rv)
 
 	case paging.ServeNotOlderThan:
 		// resourceVersion=N, NotOlderThan: the latest snapshot once it
 		// reaches N; 504 when etcd itself is behind N; else pass through.
-		entry, refused, ok := l.readyStore(ctx, req)
-		if !ok {
-			return l.notReady(req, entry, refused)
-		}
-		snap, rv, err := entry.prover.NotOlderThan(ctx, d.RV, l.cfg.NotOlderThanWait)
+		snap, rv, err := h.Prover().NotOlderThan(ctx, d.RV, l.cfg.NotOlderThanWait)
 		var tooLarge *freshness.TooLargeError
 		if errors.As(err, &tooLarge) {
 			return reject(ReasonTooLargeRV, paging.TooLargeResourceVersionError(tooLarge.RV, tooLarge.Current))
@@ -192,18 +198,14 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		if snap == nil {
 			return pass(ReasonNotOlderThanTimeout)
 		}
-		return serve(entry, snap, rv)
+		return serve(snap, rv)
 
 	case paging.ServeExact:
 		// resourceVersion=N, Exact: the retained snapshot holding the
 		// state at N.
-		entry, refused, ok := l.readyStore(ctx, req)
-		if !ok {
-			return l.notReady(req, entry, refused)
-		}
 		// May be newer than the store has seen (a reflector relisting at an
 		// RV from its watch through the apiserver).
-		snap, err := l.stateAt(ctx, entry, d.RV)
+		snap, err := h.StateAt(ctx, d.RV)
 		if errors.Is(err, snapshot.ErrCompacted) {
 			// As the apiserver, whose read of a compacted revision from
 			// etcd fails.
@@ -212,20 +214,7 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) verdict {
 		if err != nil {
 			return pass(ReasonSnapshotUnavailable)
 		}
-		return serve(entry, snap, d.RV)
+		return serve(snap, d.RV)
 	}
 	return pass(Reason(d.Reason))
-}
-
-// stateAt returns the snapshot holding the state at rv: a retained one, or,
-// for an rv newer than the store has seen, the state at the last change
-// before it as etcd proves (Prover.At). Compaction known to the Checker is
-// applied first, so a compacted rv yields snapshot.ErrCompacted.
-func (l *Lists) stateAt(ctx context.Context, entry *storeEntry, rv uint64) (*snapshot.Snapshot, error) {
-	l.applyCompaction(entry.store)
-	snap, err := entry.store.At(rv)
-	if errors.Is(err, snapshot.ErrNotRetained) && rv > entry.store.Progress() {
-		snap, err = entry.prover.At(ctx, rv)
-	}
-	return snap, err
 }

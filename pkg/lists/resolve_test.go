@@ -9,9 +9,10 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/listproxy/listproxy/pkg/freshness"
+	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -29,15 +30,17 @@ func resolveFixture(t *testing.T) (*Lists, *paging.Keyring) {
 	store := snapshot.NewStore(snapshot.StoreConfig{History: time.Hour})
 	store.Replace([]*snapshot.Entry{pod("p1", 5)}, 10)
 	store.Apply(snapshot.Change{Entry: pod("p2", 20)}, 20)
-	ctx := context.Background()
-	l := &Lists{
-		cfg:    Config{Keys: keys, NotOlderThanWait: time.Millisecond},
-		stores: map[storeKey]*storeEntry{},
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	reg, err := stores.NewStatic(ctx, stores.Config{}, nil, stores.StaticStore{
+		Resource: stores.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store,
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	l.stores[storeKey{gvr: podsGVR, format: wire.JSON}] = &storeEntry{
-		store: store, info: &resourceInfo{GVR: podsGVR, Kind: "Pod", Namespaced: true},
-		ctx: ctx, cancel: func() {},
-		prover: freshness.NewProver(ctx, freshness.ProverConfig{Store: store, Resource: "pods"}),
+	l, err := New(Config{Stores: reg, Keys: keys, NotOlderThanWait: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return l, keys
 }
@@ -89,13 +92,20 @@ func TestResolve(t *testing.T) {
 		{name: "legacy_exact_with_limit", query: listQuery{resourceVersion: "15", limit: 1}, want: outcomeServe, wantReason: "legacy_exact", wantRV: 15},
 		{name: "exact_ahead", query: listQuery{resourceVersion: "30", resourceVersionMatch: "Exact"}, want: outcomePass, wantReason: ReasonSnapshotUnavailable},
 	}
+	pods, _ := l.stores.Lookup(podsGVR)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			req := listRequest{
-				col: collection{GVR: podsGVR}, info: &resourceInfo{GVR: podsGVR, Kind: "Pod", Namespaced: true},
-				format: tc.format, query: tc.query, labelSel: labels.Everything(), fieldSel: fields.Everything(),
+				Request: collection.Request{
+					Path: collection.Path{GVR: podsGVR}, Resource: pods,
+					Format: tc.format, Labels: labels.Everything(), Fields: fields.Everything(),
+				},
+				query: tc.query,
 			}
 			v := l.resolve(context.Background(), req)
+			if v.handle != nil {
+				defer v.handle.Release()
+			}
 			if v.outcome != tc.want || v.reason != tc.wantReason {
 				t.Fatalf("resolve = outcome %d reason %q, want %d %q", v.outcome, v.reason, tc.want, tc.wantReason)
 			}
@@ -105,7 +115,7 @@ func TestResolve(t *testing.T) {
 					t.Errorf("status = %v, want code %d", v.status, tc.wantCode)
 				}
 			case outcomeServe:
-				if v.snap == nil || v.rv != tc.wantRV || v.entry == nil {
+				if v.snap == nil || v.rv != tc.wantRV || v.handle == nil {
 					t.Errorf("serve rv %d (snapshot %v), want rv %d", v.rv, v.snap != nil, tc.wantRV)
 				}
 			}

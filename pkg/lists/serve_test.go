@@ -11,15 +11,13 @@ import (
 	"slices"
 	"testing"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -43,6 +41,14 @@ func testPod(ns, name string, rv uint64) *snapshot.Entry {
 // are left to the caller.
 func newServeTestLists(t testing.TB, cfg Config, entries []*snapshot.Entry, rv uint64) (*Lists, *snapshot.Store) {
 	t.Helper()
+	return newServeTestListsWith(t, cfg, stores.Config{}, 0, entries, rv)
+}
+
+// newServeTestListsWith is newServeTestLists with the registry's config
+// scfg, the JSON store's published bytes, and more resources known to the
+// registry (without stores). An entries of nil leaves the store unsynced.
+func newServeTestListsWith(t testing.TB, cfg Config, scfg stores.Config, storeBytes int64, entries []*snapshot.Entry, rv uint64, more ...*stores.Resource) (*Lists, *snapshot.Store) {
+	t.Helper()
 	if cfg.Keys == nil {
 		keys, err := paging.NewRandomKeyring()
 		if err != nil {
@@ -50,23 +56,25 @@ func newServeTestLists(t testing.TB, cfg Config, entries []*snapshot.Entry, rv u
 		}
 		cfg.Keys = keys
 	}
-	info := &resourceInfo{GVR: podsGVR, Kind: "Pod", Namespaced: true, Fields: fieldsFor(podsGVR.GroupResource(), false, true, nil), fingerprint: "test"}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	store := snapshot.NewStore(snapshot.StoreConfig{History: cfg.History})
-	store.Replace(entries, rv)
-	src := &apiSource{format: wire.JSON}
-	src.envelope.Store(&wire.ListEnvelope{APIVersion: "v1", Kind: "PodList"})
-	l := &Lists{
-		cfg:      cfg,
-		registry: &registry{resources: map[schema.GroupVersionResource]*resourceInfo{podsGVR: info}},
-		inflight: newInflight(cfg.Inflight),
-		stores:   map[storeKey]*storeEntry{},
-		ctx:      ctx,
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	if entries != nil {
+		store.Replace(entries, rv)
 	}
-	e := &storeEntry{store: store, source: src, info: info, ctx: ctx, cancel: cancel,
-		prover: freshness.NewProver(ctx, freshness.ProverConfig{Store: store, Resource: "pods"})}
-	l.stores[storeKey{gvr: podsGVR, format: wire.JSON}] = e
+	pods := stores.NewResource(podsGVR, "Pod", true, false)
+	reg, err := stores.NewStatic(ctx, scfg, more, stores.StaticStore{
+		Resource: pods, Format: wire.JSON, Store: store, Bytes: storeBytes,
+		Envelope: wire.ListEnvelope{APIVersion: "v1", Kind: "PodList"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Stores = reg
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return l, store
 }
 
@@ -229,7 +237,8 @@ func TestServeRV0Limit(t *testing.T) {
 // neither from listproxy (the apiserver's answer has its own).
 func TestServeAPIServerHeaders(t *testing.T) {
 	l, _ := newServeTestLists(t, Config{}, []*snapshot.Entry{testPod("a", "p", 1)}, 10)
-	l.registry.resources[podsGVR].Warnings = []string{`v1 Pod is "deprecated"`}
+	pods, _ := l.stores.Lookup(podsGVR)
+	pods.Warnings = []string{`v1 Pod is "deprecated"`}
 	tests := []struct {
 		name        string
 		q           url.Values
@@ -264,58 +273,6 @@ func TestServeAPIServerHeaders(t *testing.T) {
 			}
 			if want := []string{`299 - "v1 Pod is \"deprecated\""`}; !slices.Equal(gotWarnings, want) {
 				t.Errorf("Warning %q, want %q", gotWarnings, want)
-			}
-		})
-	}
-}
-
-func TestDeprecationWarnings(t *testing.T) {
-	v := func(name string, served, deprecated bool) apiextensionsv1.CustomResourceDefinitionVersion {
-		return apiextensionsv1.CustomResourceDefinitionVersion{Name: name, Served: served, Deprecated: deprecated}
-	}
-	custom := "widgets v1alpha1 go away"
-	withWarning := v("v1alpha1", true, true)
-	withWarning.DeprecationWarning = &custom
-	spec := func(versions ...apiextensionsv1.CustomResourceDefinitionVersion) apiextensionsv1.CustomResourceDefinitionSpec {
-		return apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Widget"}, Versions: versions}
-	}
-	crdTests := []struct {
-		name string
-		spec apiextensionsv1.CustomResourceDefinitionSpec
-		v    apiextensionsv1.CustomResourceDefinitionVersion
-		want string
-	}{
-		{name: "own_warning", spec: spec(withWarning, v("v1", true, false)), v: withWarning, want: custom},
-		{name: "newest_served_replacement", spec: spec(v("v1beta1", true, true), v("v1", true, false), v("v2", true, false), v("v3", false, false)), v: v("v1beta1", true, true),
-			want: "example.com/v1beta1 Widget is deprecated; use example.com/v2 Widget"},
-		{name: "no_replacement", spec: spec(v("v1", true, true), v("v1beta1", true, false)), v: v("v1", true, true),
-			want: "example.com/v1 Widget is deprecated"},
-	}
-	for _, tc := range crdTests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := crdDeprecationWarning(tc.spec, tc.v); got != tc.want {
-				t.Errorf("crdDeprecationWarning() = %q, want %q", got, tc.want)
-			}
-		})
-	}
-
-	fs := schema.GroupVersionKind{Group: "flowcontrol.apiserver.k8s.io", Version: "v1beta3", Kind: "FlowSchema"}
-	builtinTests := []struct {
-		name         string
-		gvk          schema.GroupVersionKind
-		major, minor int
-		want         []string
-	}{
-		{name: "deprecated_in_release", gvk: fs, major: 1, minor: 36,
-			want: []string{"flowcontrol.apiserver.k8s.io/v1beta3 FlowSchema is deprecated in v1.29+, unavailable in v1.32+; use flowcontrol.apiserver.k8s.io/v1 FlowSchema"}},
-		{name: "not_yet_deprecated", gvk: fs, major: 1, minor: 28},
-		{name: "ga", gvk: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, major: 1, minor: 36},
-		{name: "unknown_kind", gvk: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, major: 1, minor: 36},
-	}
-	for _, tc := range builtinTests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := builtinDeprecation(tc.gvk, tc.major, tc.minor); !slices.Equal(got, tc.want) {
-				t.Errorf("builtinDeprecation(%v) = %q, want %q", tc.gvk, got, tc.want)
 			}
 		})
 	}

@@ -1,45 +1,64 @@
 package watch
 
 import (
+	"context"
+	"errors"
 	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/listproxy/listproxy/pkg/collection"
+	"github.com/listproxy/listproxy/pkg/freshness"
+	"github.com/listproxy/listproxy/pkg/httpapi"
+	"github.com/listproxy/listproxy/pkg/paging"
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/wire"
 )
 
-// Stores resolves watch requests to snapshot stores. The edge's wiring
-// implements it over the LIST server, which owns the stores.
-type Stores interface {
-	// Cacheable reports, without side effects, whether r (with its
-	// selectors) is a watch of a resource, in a representation and with
-	// selectors that a store could serve; when not, reason says why and
-	// resource names the resource when known.
-	Cacheable(r *http.Request, labelSelector, fieldSelector string) (resource, reason string, ok bool)
-	// Resolve returns the synced store and scope of r, starting the store
-	// on first demand, and a release function the caller calls when the
-	// watch ends (a store with watchers is never idle). ok false passes the
-	// watch through, or, with Target.Reject set, answers it with Reject;
-	// reason says why and Target.Resource names the resource when known.
-	Resolve(r *http.Request, labelSelector, fieldSelector string) (t Target, release func(), reason string, ok bool)
-}
+// ReasonNotSynced is the pass-through reason of a watch whose store has
+// not synced (its list is failing, or the client left while it waited).
+const ReasonNotSynced = "not_synced"
 
-// Handler offers cacheable watches to a Server over Stores. Its methods
-// make it the edge's watch server.
+// Handler offers cacheable watches to a Server, resolving each to a store
+// of a registry. Its methods make it the edge's watch server.
 type Handler struct {
 	srv    *Server
-	stores Stores
+	stores *stores.Registry
+	// admit admits watch-lists' initial events as LISTs are admitted
+	// (Target.Admit); nil admits every one at once.
+	admit func(ctx context.Context, weight int64) (func(), time.Time, *apierrors.StatusError)
 }
 
-// NewHandler returns a Handler serving watches of stores with srv.
-func NewHandler(srv *Server, stores Stores) *Handler {
-	return &Handler{srv: srv, stores: stores}
+// NewHandler returns a Handler serving watches of reg's stores with srv;
+// admit, when not nil, admits watch-lists' initial events (Target.Admit).
+func NewHandler(srv *Server, reg *stores.Registry, admit func(ctx context.Context, weight int64) (func(), time.Time, *apierrors.StatusError)) *Handler {
+	return &Handler{srv: srv, stores: reg, admit: admit}
+}
+
+// parse decides, without side effects, whether r is a watch a store could
+// serve; when not, reason says why and resource names the resource when
+// known.
+func (h *Handler) parse(r *http.Request) (d Decision, req collection.Request, resource, reason string, ok bool) {
+	d = Decide(r.URL.RawQuery)
+	if d.Action == PassThrough {
+		return d, req, "", d.Reason, false
+	}
+	req, reason, ok = collection.Parse(r, h.stores, collection.Watch, d.LabelSelector, d.FieldSelector)
+	if req.Resource != nil {
+		resource = req.Resource.GVR.GroupResource().String()
+	}
+	return d, req, resource, reason, ok
 }
 
 // Cacheable reports, without side effects, whether r is a watch listproxy
 // could serve (in service mode, only those are authorized by listproxy).
 func (h *Handler) Cacheable(r *http.Request) bool {
-	d := Decide(r.URL.RawQuery)
-	if d.Action == PassThrough {
-		return false
-	}
-	_, _, ok := h.stores.Cacheable(r, d.LabelSelector, d.FieldSelector)
+	_, _, _, _, ok := h.parse(r)
 	return ok
 }
 
@@ -48,36 +67,110 @@ func (h *Handler) Cacheable(r *http.Request) bool {
 func (h *Handler) PassedThrough(r *http.Request, reason string) {
 	resource := ""
 	if reason == "" {
-		d := Decide(r.URL.RawQuery)
-		reason = d.Reason
-		if d.Action != PassThrough {
-			resource, reason, _ = h.stores.Cacheable(r, d.LabelSelector, d.FieldSelector)
-		}
+		_, _, resource, reason, _ = h.parse(r)
 	}
 	h.srv.PassedThrough(resource, reason)
 }
 
 // ServeWatch serves r from a snapshot store, or returns false having
-// written nothing, in which case r must pass through.
+// written nothing, in which case r must pass through. The store is
+// started on first demand if admitted, and held until the watch ends.
 func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
-	d := Decide(r.URL.RawQuery)
-	if d.Action == PassThrough {
-		h.srv.PassedThrough("", d.Reason)
-		return false
-	}
-	t, release, reason, ok := h.stores.Resolve(r, d.LabelSelector, d.FieldSelector)
-	if !ok && t.Reject != nil {
-		t.Reject(w)
-		return true
-	}
+	d, req, resource, reason, ok := h.parse(r)
 	if !ok {
-		h.srv.PassedThrough(t.Resource, reason)
+		h.srv.PassedThrough(resource, reason)
 		return false
 	}
-	defer release()
-	served, reason := h.srv.Serve(w, r, d, t)
+	handle, reason, ok := h.stores.Acquire(r.Context(), req.Resource, req.Format, false)
+	if !ok {
+		h.srv.PassedThrough(resource, reason)
+		return false
+	}
+	defer handle.Release()
+	if !handle.AwaitSynced(r.Context()) {
+		// As the apiserver's unready watch cache: 429, unless the
+		// store's list is failing.
+		if !handle.ListFailing() && r.Context().Err() == nil {
+			w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+			httpapi.WriteStatus(w, handle.NotReadyError())
+			return true
+		}
+		h.srv.PassedThrough(resource, ReasonNotSynced)
+		return false
+	}
+	served, reason := h.srv.Serve(w, r, d, h.target(req, handle))
 	if !served {
-		h.srv.PassedThrough(t.Resource, reason)
+		h.srv.PassedThrough(resource, reason)
 	}
 	return served
+}
+
+// target is the Target of a parsed watch served from handle's store.
+func (h *Handler) target(req collection.Request, handle *stores.Handle) Target {
+	res := req.Resource
+	t := Target{
+		Resource:          res.GVR.GroupResource().String(),
+		Format:            req.Format,
+		Type:              wire.ObjectType{GVK: res.GVR.GroupVersion().WithKind(res.Kind), Custom: res.Custom},
+		Store:             handle.Store(),
+		Namespace:         req.Namespace,
+		WatchListDefaults: h.stores.WatchListDefaults(),
+		WatchListGzip:     h.stores.WatchListGzip(),
+		Warnings:          res.Warnings,
+		Admit:             h.admit,
+	}
+	if req.Selective {
+		t.Match = req.Match
+		t.Wake = wakeKey(req.Fields)
+	}
+	prover := handle.Prover()
+	t.NotOlderThan = func(ctx context.Context, rv uint64, wait time.Duration) (*snapshot.Snapshot, uint64, *metav1.Status) {
+		snap, at, err := prover.NotOlderThan(ctx, rv, wait)
+		var tooLarge *freshness.TooLargeError
+		if errors.As(err, &tooLarge) {
+			status := paging.TooLargeResourceVersionError(tooLarge.RV, tooLarge.Current).ErrStatus
+			return nil, 0, &status
+		}
+		return snap, at, nil
+	}
+	t.Holds = func(ctx context.Context, rv uint64) bool {
+		return rv <= t.Store.Progress() || prover.Holds(ctx, rv)
+	}
+	if h.stores.ProvesWithEtcd() {
+		// Proven exactly as a consistent LIST (freshness.Prover).
+		t.Consistent = func(ctx context.Context) (*snapshot.Snapshot, uint64, bool) {
+			snap, rv, _ := prover.Consistent(ctx)
+			return snap, rv, snap != nil
+		}
+	}
+	return t
+}
+
+// wakeKey returns a field value that every object sel selects has: an
+// exact requirement (= or ==) of sel, preferring metadata.name (a single
+// object), then any other field but metadata.namespace (a node's pods),
+// then metadata.namespace. Zero when sel requires none. A watcher waits
+// for changes to objects with that value only (snapshot.Store.WaitOn),
+// as the apiserver's watch cache dispatches a pod's change to the watchers
+// of its node only.
+func wakeKey(sel fields.Selector) snapshot.FieldValue {
+	rank := func(field string) int {
+		switch field {
+		case snapshot.FieldName:
+			return 0
+		case snapshot.FieldNamespace:
+			return 2
+		}
+		return 1
+	}
+	var key snapshot.FieldValue
+	for _, req := range sel.Requirements() {
+		if req.Operator != selection.Equals && req.Operator != selection.DoubleEquals {
+			continue
+		}
+		if key.Field == "" || rank(req.Field) < rank(key.Field) {
+			key = snapshot.FieldValue{Field: req.Field, Value: req.Value}
+		}
+	}
+	return key
 }

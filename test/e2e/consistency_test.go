@@ -84,7 +84,7 @@ func awaitSnapshot(ctx context.Context, t *testing.T, c rawClient, path, accept 
 // the expected diff.
 func corruptPods(t *testing.T, lp *framework.Listproxy, drop, change string) *consistency.KeyDiff {
 	t.Helper()
-	store := lp.Lists().Store(consistencyPodsGVR, wire.JSON)
+	store := lp.Stores().Store(consistencyPodsGVR, wire.JSON)
 	if store == nil {
 		t.Fatal("no JSON pods store")
 	}
@@ -160,7 +160,7 @@ func TestConsistencyCheck(t *testing.T) {
 		t.Errorf("listproxy_consistency_checks_total{result=match} = %v, want 4 + 3", got)
 	}
 	for _, f := range allFormats {
-		if lp.Lists().Store(consistencyPodsGVR, f) != nil {
+		if lp.Stores().Store(consistencyPodsGVR, f) != nil {
 			t.Errorf("%v pods store not dropped", f)
 		}
 	}
@@ -207,7 +207,7 @@ func TestConsistencyCheck(t *testing.T) {
 			t.Errorf("%v after the resync: %+v, want a match", f, r)
 		}
 	}
-	if lp.Lists().Store(consistencyPodsGVR, wire.JSON) == nil {
+	if lp.Stores().Store(consistencyPodsGVR, wire.JSON) == nil {
 		t.Error("JSON pods store dropped after a match")
 	}
 }
@@ -245,7 +245,7 @@ func TestConsistencyCheckPeriodic(t *testing.T) {
 		return framework.Scrape(t, adminClient, lp.URL+"/metrics").Sum("listproxy_consistency_checks_total", `format="json"`, `result="mismatch"`)
 	}
 	took := authWaitFor(t, "a periodic check to count the mismatch and drop the store", 30*time.Second, func() bool {
-		return mismatches() == 1 && lp.Lists().Store(consistencyPodsGVR, wire.JSON) == nil
+		return mismatches() == 1 && lp.Stores().Store(consistencyPodsGVR, wire.JSON) == nil
 	})
 	t.Logf("found and dropped after %v", took.Round(time.Millisecond))
 	got := authDo(t, admin, http.MethodGet, consistencyPath, nil, "")

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/cmd/listproxy/app"
-	"github.com/listproxy/listproxy/pkg/lists"
+	"github.com/listproxy/listproxy/pkg/stores"
 )
 
 // Listproxy is a listproxy running in the test process in front of a
@@ -29,7 +29,7 @@ type Listproxy struct {
 	cancel context.CancelFunc
 	done   chan error
 	client *http.Client
-	lists  atomic.Pointer[lists.Lists] // set by app.Config.OnLists
+	stores atomic.Pointer[stores.Registry] // set by app.Config.OnStores
 }
 
 // StartListproxy runs listproxy in-process with args (flags as on the command
@@ -93,7 +93,7 @@ func startListproxy(cp *ControlPlane, dir string, args []string) (*Listproxy, er
 			return nil, err
 		}
 	}
-	cfg.OnLists = lp.lists.Store
+	cfg.OnStores = lp.stores.Store
 	go func() { lp.done <- app.Run(ctx, cfg) }()
 	if err := lp.waitReady(30 * time.Second); err != nil {
 		_ = lp.Stop()
@@ -125,11 +125,11 @@ func (lp *Listproxy) waitReady(timeout time.Duration) error {
 	}
 }
 
-// Lists returns listproxy's snapshot server, to reach its stores (e.g.
-// Lists.Store with pkg/snapshot/snapshottest); nil when it serves no LISTs
-// from snapshots.
-func (lp *Listproxy) Lists() *lists.Lists {
-	return lp.lists.Load()
+// Stores returns listproxy's store registry, to reach its stores (e.g.
+// Registry.Store with pkg/snapshot/snapshottest); nil when it serves no
+// LISTs from snapshots.
+func (lp *Listproxy) Stores() *stores.Registry {
+	return lp.stores.Load()
 }
 
 // Stop ends listproxy and waits for it to drain.

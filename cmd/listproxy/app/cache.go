@@ -27,6 +27,7 @@ import (
 	"github.com/listproxy/listproxy/pkg/lists"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/watch"
 )
 
@@ -70,32 +71,33 @@ type CacheOptions struct {
 	WatchWriteTimeout time.Duration
 }
 
-// newCacheOptions returns the defaults: pkg/lists' (lists.DefaultConfig)
-// and the command's own for its flags that are not lists.Config fields.
+// newCacheOptions returns the defaults: the store registry's
+// (stores.DefaultConfig), the LIST server's (lists.DefaultConfig), and the
+// command's own for its flags that are neither's config.
 func newCacheOptions() CacheOptions {
-	d := lists.DefaultConfig()
+	s, l := stores.DefaultConfig(), lists.DefaultConfig()
 	return CacheOptions{
 		Resources:                []string{"*"},
-		ColdStoreWait:            d.ColdStoreWait,
-		SnapshotHistory:          d.History,
-		SnapshotHistoryMaxBytes:  d.HistoryMaxBytes,
-		SnapshotHistoryMaxRatio:  d.HistoryMaxRatio,
-		IdleResourceTTL:          d.IdleTTL,
-		LimitForRV0:              d.LimitForRV0,
-		ListScanBudget:           d.ScanBudget,
-		DiscoveryInterval:        d.DiscoveryInterval,
-		NotOlderThanWait:         d.NotOlderThanWait,
-		MaxInflightLists:         d.Inflight.MaxLists,
-		MaxInflightListBytes:     d.Inflight.MaxBytes,
-		ListQueueWait:            d.Inflight.QueueWait,
-		ListWriteTimeout:         d.Inflight.WriteTimeout,
-		ConsistencyCheckInterval: d.ConsistencyCheck.Interval,
+		ColdStoreWait:            s.ColdStoreWait,
+		SnapshotHistory:          s.History,
+		SnapshotHistoryMaxBytes:  s.HistoryMaxBytes,
+		SnapshotHistoryMaxRatio:  s.HistoryMaxRatio,
+		IdleResourceTTL:          s.IdleTTL,
+		LimitForRV0:              l.LimitForRV0,
+		ListScanBudget:           l.ScanBudget,
+		DiscoveryInterval:        s.DiscoveryInterval,
+		NotOlderThanWait:         l.NotOlderThanWait,
+		MaxInflightLists:         l.Inflight.MaxLists,
+		MaxInflightListBytes:     l.Inflight.MaxBytes,
+		ListQueueWait:            l.Inflight.QueueWait,
+		ListWriteTimeout:         l.Inflight.WriteTimeout,
+		ConsistencyCheckInterval: s.ConsistencyCheck.Interval,
 		EtcdPrefix:               freshness.DefaultRoot,
 		EtcdResourcePrefixes:     map[string]string{},
-		ConsistentReadTimeout:    d.ConsistentReadTimeout,
+		ConsistentReadTimeout:    s.ConsistentReadTimeout,
 		ConsistentReadFallback:   "apiserver",
-		WatchStallTimeout:        d.WatchStallTimeout,
-		WatchLagTimeout:          d.WatchLagTimeout,
+		WatchStallTimeout:        s.WatchStallTimeout,
+		WatchLagTimeout:          s.WatchLagTimeout,
 
 		// Watch serving passes the watch-list differential and informer
 		// e2e tests (TestWatchDifferential, TestWatchListInformers).
@@ -172,11 +174,11 @@ func (o *CacheOptions) validate() []error {
 	if o.ConsistentReadFallback != "apiserver" && o.ConsistentReadFallback != "reject" {
 		errs = append(errs, fmt.Errorf("--consistent-read-fallback: must be apiserver or reject, got %q", o.ConsistentReadFallback))
 	}
-	if preload, err := lists.ParsePreload(o.Preload); err != nil {
+	if preload, err := stores.ParsePreload(o.Preload); err != nil {
 		errs = append(errs, fmt.Errorf("--preload: %w", err))
 	} else {
 		for _, p := range preload {
-			if !lists.ResourceFilter(o.Resources).Allows(p.Resource) {
+			if !stores.ResourceFilter(o.Resources).Allows(p.Resource) {
 				errs = append(errs, fmt.Errorf("--preload: %s is not served (--resources)", p))
 			}
 		}
@@ -291,77 +293,66 @@ func (o *CacheOptions) etcdTLS() (*tls.Config, error) {
 	return info.ClientConfig()
 }
 
-// startCache builds the snapshot server and its helpers, starts their
-// background loops under ctx, and returns the LIST server and, with
-// --serve-watches, the watch server (nil otherwise).
-func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*lists.Lists, *watch.Handler, error) {
+// cache is what startCache starts: the store registry, the LIST server
+// over it and, with --serve-watches, the watch server (nil otherwise).
+type cache struct {
+	stores  *stores.Registry
+	lists   *lists.Lists
+	watches *watch.Handler
+}
+
+// startCache builds the store registry and the servers over it, and starts
+// their background loops under ctx.
+func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*cache, error) {
 	o := cfg.Cache
 	var keys lists.ContinueKeys
 	if o.ContinueTokenKeysFile != "" {
 		reloader, err := paging.NewReloader(paging.ReloaderConfig{Path: o.ContinueTokenKeysFile})
 		if err != nil {
-			return nil, nil, fmt.Errorf("--continue-token-keys-file: %w", err)
+			return nil, fmt.Errorf("--continue-token-keys-file: %w", err)
 		}
 		go reloader.Run(ctx)
 		keys = reloader
 	} else {
 		keyring, err := paging.NewRandomKeyring()
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		klog.InfoS("WARNING: no --continue-token-keys-file; continue tokens use a random per-process key and do not survive restarts or reach other replicas")
 		keys = keyring
 	}
+	scfg, err := o.storesConfig(ctx, cfg, reg)
+	if err != nil {
+		return nil, err
+	}
+	registry, err := stores.New(scfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.OnStores != nil {
+		cfg.OnStores(registry)
+	}
 	listMetrics, err := lists.NewListMetrics(reg)
 	if err != nil {
-		return nil, nil, err
-	}
-	storeMetrics, err := snapshot.NewMetrics(reg)
-	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	continueMetrics, err := paging.NewMetrics(reg)
 	if err != nil {
-		return nil, nil, err
-	}
-	freshMetrics, err := freshness.NewReadMetrics(reg)
-	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	inflightMetrics, err := lists.NewInflightMetrics(reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	preload, err := lists.ParsePreload(o.Preload)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--preload: %w", err)
-	}
-	lcfg := lists.Config{
-		Upstream:              cfg.Upstream,
-		Peer:                  o.peerConfig(cfg.Upstream),
-		Preload:               preload,
-		ColdStoreWait:         o.ColdStoreWait,
-		Resources:             lists.ResourceFilter(o.Resources),
-		Keys:                  keys,
-		History:               o.SnapshotHistory,
-		HistoryMaxBytes:       o.SnapshotHistoryMaxBytes,
-		HistoryMaxRatio:       o.SnapshotHistoryMaxRatio,
-		IdleTTL:               o.IdleResourceTTL,
-		AuthorizeStart:        authorizeStart(cfg.Auth),
-		MaxStoreBytes:         o.MaxStoreBytes,
-		NotOlderThanWait:      o.NotOlderThanWait,
-		LimitForRV0:           o.LimitForRV0,
-		ScanBudget:            o.ListScanBudget,
-		DiscoveryInterval:     o.DiscoveryInterval,
-		Metrics:               listMetrics,
-		StoreMetrics:          storeMetrics,
-		ContinueMetrics:       continueMetrics,
-		EtcdPrefix:            o.etcdPrefix,
-		ConsistentReadTimeout: o.ConsistentReadTimeout,
-		FallbackReject:        o.ConsistentReadFallback == "reject",
-		FreshnessMetrics:      freshMetrics,
-		WatchStallTimeout:     o.WatchStallTimeout,
-		WatchLagTimeout:       o.WatchLagTimeout,
+	l, err := lists.New(lists.Config{
+		Stores:           registry,
+		Keys:             keys,
+		NotOlderThanWait: o.NotOlderThanWait,
+		LimitForRV0:      o.LimitForRV0,
+		ScanBudget:       o.ListScanBudget,
+		Metrics:          listMetrics,
+		ContinueMetrics:  continueMetrics,
+		FallbackReject:   o.ConsistentReadFallback == "reject",
 		Inflight: lists.InflightConfig{
 			MaxLists:     o.MaxInflightLists,
 			MaxBytes:     o.MaxInflightListBytes,
@@ -369,57 +360,100 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*l
 			WriteTimeout: o.ListWriteTimeout,
 			Metrics:      inflightMetrics,
 		},
-	}
-	if len(o.EtcdServers) > 0 {
-		tlsConfig, err := o.etcdTLS()
-		if err != nil {
-			return nil, nil, fmt.Errorf("etcd TLS: %w", err)
-		}
-		client, err := clientv3.New(clientv3.Config{
-			Endpoints: o.EtcdServers, TLS: tlsConfig, DialTimeout: 5 * time.Second, Logger: etcdLogger(),
-			// Reconnect within seconds after an etcd outage (gRPC's default
-			// backoff grows to 2 minutes). Not measured beyond that.
-			DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff: backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-			})},
-		})
-		if err != nil {
-			return nil, nil, fmt.Errorf("--etcd-servers: %w", err)
-		}
-		context.AfterFunc(ctx, func() { _ = client.Close() })
-		checker, err := freshness.New(freshness.Config{Client: client, Registerer: reg})
-		if err != nil {
-			return nil, nil, err
-		}
-		go checker.Run(ctx)
-		lcfg.Freshness = checker
-		klog.InfoS("Consistent reads are served from snapshots, with freshness proven by etcd", "etcdServers", o.EtcdServers)
-	} else {
-		klog.InfoS("Consistent reads pass through to the apiserver (no --etcd-servers); other reads are served from snapshots")
-	}
-	consistencyMetrics, err := consistency.NewMetrics(reg)
+	})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	lcfg.ConsistencyCheck = consistency.DefaultConfig()
-	lcfg.ConsistencyCheck.Interval = o.ConsistencyCheckInterval
-	lcfg.ConsistencyCheck.Metrics = consistencyMetrics
-	l, err := lists.New(lcfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cfg.OnLists != nil {
-		cfg.OnLists(l)
-	}
-	go l.Run(ctx)
+	go registry.Run(ctx)
+	c := &cache{stores: registry, lists: l}
 	if !o.ServeWatches {
-		return l, nil, nil
+		return c, nil
 	}
 	watchMetrics, err := watch.NewMetrics(reg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return l, watch.NewHandler(watch.NewServer(watch.Config{Metrics: watchMetrics, WriteTimeout: o.WatchWriteTimeout}), watchStores{l}), nil
+	srv := watch.NewServer(watch.Config{Metrics: watchMetrics, WriteTimeout: o.WatchWriteTimeout})
+	c.watches = watch.NewHandler(srv, registry, l.AdmitWatchList)
+	return c, nil
+}
+
+// storesConfig is the store registry's config from the options, with its
+// metrics registered with reg and, with --etcd-servers, the freshness
+// checker started under ctx.
+func (o *CacheOptions) storesConfig(ctx context.Context, cfg *Config, reg prometheus.Registerer) (stores.Config, error) {
+	preload, err := stores.ParsePreload(o.Preload)
+	if err != nil {
+		return stores.Config{}, fmt.Errorf("--preload: %w", err)
+	}
+	metrics, err := stores.NewMetrics(reg)
+	if err != nil {
+		return stores.Config{}, err
+	}
+	storeMetrics, err := snapshot.NewMetrics(reg)
+	if err != nil {
+		return stores.Config{}, err
+	}
+	freshMetrics, err := freshness.NewReadMetrics(reg)
+	if err != nil {
+		return stores.Config{}, err
+	}
+	consistencyMetrics, err := consistency.NewMetrics(reg)
+	if err != nil {
+		return stores.Config{}, err
+	}
+	scfg := stores.Config{
+		Upstream:              cfg.Upstream,
+		Peer:                  o.peerConfig(cfg.Upstream),
+		Resources:             stores.ResourceFilter(o.Resources),
+		History:               o.SnapshotHistory,
+		HistoryMaxBytes:       o.SnapshotHistoryMaxBytes,
+		HistoryMaxRatio:       o.SnapshotHistoryMaxRatio,
+		IdleTTL:               o.IdleResourceTTL,
+		Preload:               preload,
+		AuthorizeStart:        authorizeStart(cfg.Auth),
+		MaxStoreBytes:         o.MaxStoreBytes,
+		ColdStoreWait:         o.ColdStoreWait,
+		DiscoveryInterval:     o.DiscoveryInterval,
+		Metrics:               metrics,
+		StoreMetrics:          storeMetrics,
+		EtcdPrefix:            o.etcdPrefix,
+		ConsistentReadTimeout: o.ConsistentReadTimeout,
+		FreshnessMetrics:      freshMetrics,
+		WatchStallTimeout:     o.WatchStallTimeout,
+		WatchLagTimeout:       o.WatchLagTimeout,
+		ConsistencyCheck:      consistency.DefaultConfig(),
+	}
+	scfg.ConsistencyCheck.Interval = o.ConsistencyCheckInterval
+	scfg.ConsistencyCheck.Metrics = consistencyMetrics
+	if len(o.EtcdServers) == 0 {
+		klog.InfoS("Consistent reads pass through to the apiserver (no --etcd-servers); other reads are served from snapshots")
+		return scfg, nil
+	}
+	tlsConfig, err := o.etcdTLS()
+	if err != nil {
+		return stores.Config{}, fmt.Errorf("etcd TLS: %w", err)
+	}
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints: o.EtcdServers, TLS: tlsConfig, DialTimeout: 5 * time.Second, Logger: etcdLogger(),
+		// Reconnect within seconds after an etcd outage (gRPC's default
+		// backoff grows to 2 minutes). Not measured beyond that.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{BaseDelay: 250 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+		})},
+	})
+	if err != nil {
+		return stores.Config{}, fmt.Errorf("--etcd-servers: %w", err)
+	}
+	context.AfterFunc(ctx, func() { _ = client.Close() })
+	checker, err := freshness.New(freshness.Config{Client: client, Registerer: reg})
+	if err != nil {
+		return stores.Config{}, err
+	}
+	go checker.Run(ctx)
+	scfg.Freshness = checker
+	klog.InfoS("Consistent reads are served from snapshots, with freshness proven by etcd", "etcdServers", o.EtcdServers)
+	return scfg, nil
 }
 
 // etcdLogger logs the etcd client's errors only; listproxy reports what

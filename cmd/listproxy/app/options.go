@@ -21,8 +21,8 @@ import (
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 
 	"github.com/listproxy/listproxy/pkg/auth"
-	"github.com/listproxy/listproxy/pkg/lists"
 	"github.com/listproxy/listproxy/pkg/proxy"
+	"github.com/listproxy/listproxy/pkg/stores"
 )
 
 // Defaults. Not measured: the grace period leaves a margin under the
@@ -190,9 +190,9 @@ type Config struct {
 	Profiling bool
 	// Origins: which requests are refused by Host and browser origin.
 	Origins OriginPolicy
-	// OnLists, when set, is called with the snapshot server Run starts from
+	// OnStores, when set, is called with the store registry Run starts from
 	// Cache, before it serves. For tests only (test/framework).
-	OnLists func(*lists.Lists)
+	OnStores func(*stores.Registry)
 }
 
 // Complete loads the upstream configuration and returns the Config to Run.

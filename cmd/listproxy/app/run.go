@@ -54,15 +54,15 @@ func Run(ctx context.Context, cfg *Config) error {
 	var watches proxy.WatchServer
 	var ready func() error
 	if listServer == nil && cfg.Cache != nil {
-		l, w, err := startCache(cacheCtx, cfg, reg)
+		c, err := startCache(cacheCtx, cfg, reg)
 		if err != nil {
 			return err
 		}
-		listServer = l
-		ready = l.Ready
-		debug = map[string]http.Handler{"consistency": consistency.Handler(l.Consistency())}
-		if w != nil {
-			watches = w
+		listServer = c.lists
+		ready = c.stores.Ready
+		debug = map[string]http.Handler{"consistency": consistency.Handler(c.stores.Consistency())}
+		if c.watches != nil {
+			watches = c.watches
 		}
 	}
 	h, err := proxy.NewHandler(proxy.Config{

@@ -11,7 +11,7 @@ import (
 	"github.com/listproxy/listproxy/pkg/auth"
 )
 
-// addStoreFlags adds the flags of store admission (lists.Config
+// addStoreFlags adds the flags of store admission (stores.Config
 // AuthorizeStart and MaxStoreBytes).
 func (o *CacheOptions) addStoreFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.MaxStoreBytes, "max-store-bytes", o.MaxStoreBytes,
@@ -46,7 +46,7 @@ func withSharedAuthorizer(cfg *Config) (*Config, error) {
 }
 
 // authorizeStart is store admission's authorization
-// (lists.Config.AuthorizeStart): in service mode a request starts a store
+// (stores.Config.AuthorizeStart): in service mode a request starts a store
 // only for a caller who may list the resource in every namespace; in
 // sidecar mode (nil) every request may.
 func authorizeStart(authCfg *auth.Config) func(context.Context, schema.GroupVersionResource) bool {

@@ -1,4 +1,4 @@
-package lists
+package stores
 
 import (
 	"context"
@@ -29,8 +29,8 @@ const defaultWatchLagTimeout = 10 * time.Second
 // gets its own chance. One check runs per store at a time; it ends with the
 // store. An rv beyond etcd's int64 revisions proves nothing (it can only be
 // a caller's resourceVersion) and is ignored.
-func (l *Lists) checkLag(entry *storeEntry, rv uint64, proven time.Time) {
-	timeout := l.cfg.WatchLagTimeout
+func (reg *Registry) checkLag(entry *storeEntry, rv uint64, proven time.Time) {
+	timeout := reg.cfg.WatchLagTimeout
 	if timeout <= 0 || entry.feeder == nil || rv > math.MaxInt64 {
 		return
 	}
@@ -61,11 +61,11 @@ func (l *Lists) checkLag(entry *storeEntry, rv uint64, proven time.Time) {
 // resource that the store does not reach within the lag timeout
 // (freshness.Prover.Missing); without them, or with no lag timeout,
 // nothing shows it is, and it is kept.
-func (l *Lists) watchStalled(ctx context.Context, entry *storeEntry) bool {
-	if l.cfg.Freshness == nil || entry.prover == nil {
+func (reg *Registry) watchStalled(ctx context.Context, entry *storeEntry) bool {
+	if reg.cfg.Freshness == nil || entry.prover == nil {
 		return false
 	}
-	lag := l.cfg.WatchLagTimeout
+	lag := reg.cfg.WatchLagTimeout
 	if lag <= 0 || !entry.prover.Missing(ctx, lag) {
 		return false
 	}

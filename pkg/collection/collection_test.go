@@ -1,4 +1,4 @@
-package lists
+package collection
 
 import (
 	"net/http"
@@ -15,14 +15,14 @@ func TestParseCollection(t *testing.T) {
 	tests := []struct {
 		name   string
 		target string
-		want   collection
+		want   Path
 		wantOK bool
 	}{
-		{name: "core_cluster_wide", target: "/api/v1/pods", want: collection{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}}, wantOK: true},
-		{name: "core_namespaced", target: "/api/v1/namespaces/ns1/pods", want: collection{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: "ns1"}, wantOK: true},
-		{name: "namespaces_collection", target: "/api/v1/namespaces", want: collection{GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}}, wantOK: true},
-		{name: "group", target: "/apis/apps/v1/deployments", want: collection{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}}, wantOK: true},
-		{name: "group_namespaced", target: "/apis/demo.listproxy.io/v1/namespaces/a/widgets?limit=5", want: collection{GVR: schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "widgets"}, Namespace: "a"}, wantOK: true},
+		{name: "core_cluster_wide", target: "/api/v1/pods", want: Path{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}}, wantOK: true},
+		{name: "core_namespaced", target: "/api/v1/namespaces/ns1/pods", want: Path{GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Namespace: "ns1"}, wantOK: true},
+		{name: "namespaces_collection", target: "/api/v1/namespaces", want: Path{GVR: schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}}, wantOK: true},
+		{name: "group", target: "/apis/apps/v1/deployments", want: Path{GVR: schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}}, wantOK: true},
+		{name: "group_namespaced", target: "/apis/demo.listproxy.io/v1/namespaces/a/widgets?limit=5", want: Path{GVR: schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "widgets"}, Namespace: "a"}, wantOK: true},
 		{name: "named_object", target: "/api/v1/namespaces/ns1"},
 		{name: "named_pod", target: "/api/v1/namespaces/ns1/pods/p1"},
 		{name: "subresource", target: "/api/v1/namespaces/ns1/pods/p1/log"},
@@ -40,9 +40,9 @@ func TestParseCollection(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := parseCollection(httptest.NewRequest(http.MethodGet, tc.target, nil))
+			got, ok := ParsePath(httptest.NewRequest(http.MethodGet, tc.target, nil))
 			if ok != tc.wantOK {
-				t.Fatalf("parseCollection(%q) ok = %v, want %v", tc.target, ok, tc.wantOK)
+				t.Fatalf("ParsePath(%q) ok = %v, want %v", tc.target, ok, tc.wantOK)
 			}
 			if diff := cmp.Diff(tc.want, got); ok && diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -60,53 +60,23 @@ func FuzzParseCollection(f *testing.F) {
 		if err != nil {
 			return
 		}
-		col, ok := parseCollection(r)
+		col, ok := ParsePath(r)
 		if !ok {
 			return
 		}
 		// Whatever is accepted must rebuild to the same path.
-		want := collectionPath(col.GVR)
+		prefix := "/apis/" + col.GVR.Group + "/" + col.GVR.Version
+		if col.GVR.Group == "" {
+			prefix = "/api/" + col.GVR.Version
+		}
+		want := prefix + "/" + col.GVR.Resource
 		if col.Namespace != "" {
-			want = collectionPath(col.GVR.GroupVersion().WithResource("namespaces")) + "/" + col.Namespace + "/" + col.GVR.Resource
+			want = prefix + "/namespaces/" + col.Namespace + "/" + col.GVR.Resource
 		}
 		if r.URL.Path != want {
-			t.Errorf("parseCollection(%q) = %+v, which is path %q", r.URL.Path, col, want)
+			t.Errorf("ParsePath(%q) = %+v, which is path %q", r.URL.Path, col, want)
 		}
 	})
-}
-
-func TestParseListQuery(t *testing.T) {
-	tests := []struct {
-		query  string
-		want   listQuery
-		wantOK bool
-	}{
-		{query: "", wantOK: true},
-		{query: "limit=500&resourceVersion=0", want: listQuery{limit: 500, resourceVersion: "0"}, wantOK: true},
-		{query: "labelSelector=app%3Da&fieldSelector=spec.nodeName%3Dn1&continue=x&resourceVersionMatch=Exact", want: listQuery{labelSelector: "app=a", fieldSelector: "spec.nodeName=n1", continueToken: "x", resourceVersionMatch: "Exact"}, wantOK: true},
-		{query: "watch=false&timeoutSeconds=30", wantOK: true},
-		{query: "watch=true"},
-		{query: "watch=1"},
-		{query: "limit=abc"},
-		{query: "limit=-1"},
-		{query: "limit=1&limit=2"},
-		{query: "pretty=true"},
-		{query: "allowWatchBookmarks=true"},
-		{query: "sendInitialEvents=true"},
-		{query: "unknown=1"},
-		{query: "%zz"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.query, func(t *testing.T) {
-			got, ok := parseListQuery(tc.query)
-			if ok != tc.wantOK {
-				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
-			}
-			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(listQuery{})); ok && diff != "" {
-				t.Errorf("(-want +got):\n%s", diff)
-			}
-		})
-	}
 }
 
 func TestNegotiateFormat(t *testing.T) {
@@ -145,9 +115,9 @@ func TestNegotiateFormat(t *testing.T) {
 				r.Header.Set("Accept", tc.accept)
 			}
 			r.Header.Set("User-Agent", tc.ua)
-			got, ok := negotiateFormat(r, tc.custom)
+			got, ok := negotiate(r, tc.custom, false)
 			if ok != tc.wantOK || (ok && got != tc.want) {
-				t.Errorf("negotiateFormat(%q) = %v, %v; want %v, %v", tc.accept, got, ok, tc.want, tc.wantOK)
+				t.Errorf("negotiate(%q) = %v, %v; want %v, %v", tc.accept, got, ok, tc.want, tc.wantOK)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package lists
+package stores
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
@@ -37,7 +36,7 @@ func (p Preload) String() string {
 // one, which is what client-go's typed clients and informers ask for
 // (k8s.io/client-go/gentype prefers protobuf for built-in types; custom
 // resources have no protobuf).
-func (p Preload) formatFor(info *resourceInfo) wire.Format {
+func (p Preload) formatFor(info *Resource) wire.Format {
 	switch {
 	case p.Explicit:
 		return p.Format
@@ -107,65 +106,50 @@ type preloadState struct {
 // /readyz fails while it returns an error, so that a Service sends nothing
 // to a replica that would pass every request through (before discovery
 // listproxy knows no resource) or whose preloaded stores are cold.
-func (l *Lists) Ready() error {
-	if l.preload.synced.Load() {
+func (reg *Registry) Ready() error {
+	if reg.preload.synced.Load() {
 		return nil
 	}
-	l.mu.RLock()
-	started := l.ctx != nil
-	l.mu.RUnlock()
+	reg.mu.RLock()
+	started := reg.ctx != nil
+	reg.mu.RUnlock()
 	if !started {
 		return errors.New("discovery not read yet")
 	}
-	for _, p := range l.cfg.Preload {
-		info, ok := l.registry.preferred(p.Resource)
+	for _, p := range reg.cfg.Preload {
+		info, ok := reg.catalog.preferred(p.Resource)
 		if !ok {
 			continue
 		}
-		l.mu.RLock()
-		e, ok := l.stores[storeKey{gvr: info.GVR, format: p.formatFor(info)}]
-		l.mu.RUnlock()
+		reg.mu.RLock()
+		e, ok := reg.stores[storeKey{gvr: info.GVR, format: p.formatFor(info)}]
+		reg.mu.RUnlock()
 		if !ok || !e.store.Synced() {
 			return fmt.Errorf("store %s has not synced yet", p)
 		}
 	}
-	l.preload.synced.Store(true)
-	klog.InfoS("Preloaded stores synced", "stores", len(l.cfg.Preload)-int(l.preload.missing.Load()))
+	reg.preload.synced.Store(true)
+	klog.InfoS("Preloaded stores synced", "stores", len(reg.cfg.Preload)-int(reg.preload.missing.Load()))
 	return nil
 }
 
 // ensurePreloaded starts every preloaded store that is not running (at
 // start, and again when discovery changed a resource and its store was
 // dropped) and marks it never idle.
-func (l *Lists) ensurePreloaded() {
+func (reg *Registry) ensurePreloaded() {
 	var missing int64
-	for _, p := range l.cfg.Preload {
-		info, ok := l.registry.preferred(p.Resource)
+	for _, p := range reg.cfg.Preload {
+		info, ok := reg.catalog.preferred(p.Resource)
 		if !ok {
 			missing++
 			klog.V(1).InfoS("Preloaded resource not served: not in discovery, not list+watch, or excluded by --resources", "resource", p.String())
 			continue
 		}
-		if e, _, ok := l.storeFor(context.Background(), info, p.formatFor(info), true); ok {
+		if e, _, ok := reg.storeFor(context.Background(), info, p.formatFor(info), true); ok {
 			e.preloaded.Store(true)
 		}
 	}
-	if old := l.preload.missing.Swap(missing); old != missing && missing > 0 {
+	if old := reg.preload.missing.Swap(missing); old != missing && missing > 0 {
 		klog.InfoS("Some preloaded resources are not served (not in discovery, not list+watch, or excluded by --resources)", "count", missing)
-	}
-}
-
-// preloadLoop keeps the preloaded stores running until ctx is done.
-func (l *Lists) preloadLoop(ctx context.Context) {
-	l.ensurePreloaded()
-	t := time.NewTicker(l.cfg.DiscoveryInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		l.ensurePreloaded()
 	}
 }

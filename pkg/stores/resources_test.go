@@ -1,12 +1,16 @@
-package lists
+package stores
 
 import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 )
@@ -81,6 +85,58 @@ apiserver_request_total{code="200",verb="GET"} 7
 			}
 			if got != tt.want {
 				t.Errorf("readFeatures = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDeprecationWarnings(t *testing.T) {
+	v := func(name string, served, deprecated bool) apiextensionsv1.CustomResourceDefinitionVersion {
+		return apiextensionsv1.CustomResourceDefinitionVersion{Name: name, Served: served, Deprecated: deprecated}
+	}
+	custom := "widgets v1alpha1 go away"
+	withWarning := v("v1alpha1", true, true)
+	withWarning.DeprecationWarning = &custom
+	spec := func(versions ...apiextensionsv1.CustomResourceDefinitionVersion) apiextensionsv1.CustomResourceDefinitionSpec {
+		return apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.com", Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "Widget"}, Versions: versions}
+	}
+	crdTests := []struct {
+		name string
+		spec apiextensionsv1.CustomResourceDefinitionSpec
+		v    apiextensionsv1.CustomResourceDefinitionVersion
+		want string
+	}{
+		{name: "own_warning", spec: spec(withWarning, v("v1", true, false)), v: withWarning, want: custom},
+		{name: "newest_served_replacement", spec: spec(v("v1beta1", true, true), v("v1", true, false), v("v2", true, false), v("v3", false, false)), v: v("v1beta1", true, true),
+			want: "example.com/v1beta1 Widget is deprecated; use example.com/v2 Widget"},
+		{name: "no_replacement", spec: spec(v("v1", true, true), v("v1beta1", true, false)), v: v("v1", true, true),
+			want: "example.com/v1 Widget is deprecated"},
+	}
+	for _, tc := range crdTests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := crdDeprecationWarning(tc.spec, tc.v); got != tc.want {
+				t.Errorf("crdDeprecationWarning() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+
+	fs := schema.GroupVersionKind{Group: "flowcontrol.apiserver.k8s.io", Version: "v1beta3", Kind: "FlowSchema"}
+	builtinTests := []struct {
+		name         string
+		gvk          schema.GroupVersionKind
+		major, minor int
+		want         []string
+	}{
+		{name: "deprecated_in_release", gvk: fs, major: 1, minor: 36,
+			want: []string{"flowcontrol.apiserver.k8s.io/v1beta3 FlowSchema is deprecated in v1.29+, unavailable in v1.32+; use flowcontrol.apiserver.k8s.io/v1 FlowSchema"}},
+		{name: "not_yet_deprecated", gvk: fs, major: 1, minor: 28},
+		{name: "ga", gvk: schema.GroupVersionKind{Version: "v1", Kind: "Pod"}, major: 1, minor: 36},
+		{name: "unknown_kind", gvk: schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"}, major: 1, minor: 36},
+	}
+	for _, tc := range builtinTests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := builtinDeprecation(tc.gvk, tc.major, tc.minor); !slices.Equal(got, tc.want) {
+				t.Errorf("builtinDeprecation(%v) = %q, want %q", tc.gvk, got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package lists
+package stores
 
 import (
 	"context"
@@ -78,16 +78,16 @@ func TestCheckLag(t *testing.T) {
 				t.Fatal("watch never opened")
 			}
 
-			l := &Lists{cfg: Config{WatchLagTimeout: tc.lagTimeout}}
-			entry := &storeEntry{store: store, feeder: feeder, info: &resourceInfo{GVR: podsGVR}, ctx: ctx}
-			l.checkLag(entry, tc.rv, time.Now())
+			reg := &Registry{cfg: Config{WatchLagTimeout: tc.lagTimeout}}
+			entry := &storeEntry{store: store, feeder: feeder, info: &Resource{GVR: podsGVR}, ctx: ctx}
+			reg.checkLag(entry, tc.rv, time.Now())
 			if tc.wantNoCheck {
 				if entry.lagCheck.Load() {
 					t.Errorf("lag check started for revision %d", tc.rv)
 				}
 				return
 			}
-			l.checkLag(entry, tc.rv, time.Now()) // one check at a time
+			reg.checkLag(entry, tc.rv, time.Now()) // one check at a time
 			if tc.catchUp {
 				store.MarkProgress(tc.rv)
 			}
@@ -120,9 +120,9 @@ func TestCheckLag(t *testing.T) {
 func TestCheckLagWithoutWatch(t *testing.T) {
 	store := snapshot.NewStore(snapshot.StoreConfig{})
 	feeder := snapshot.NewFeeder(snapshot.FeederConfig{Store: store, Source: lagSource{}})
-	l := &Lists{cfg: Config{WatchLagTimeout: time.Millisecond}}
+	reg := &Registry{cfg: Config{WatchLagTimeout: time.Millisecond}}
 	entry := &storeEntry{store: store, feeder: feeder, ctx: context.Background()}
-	l.checkLag(entry, 20, time.Now())
+	reg.checkLag(entry, 20, time.Now())
 	if entry.lagCheck.Load() {
 		t.Error("lag check started for a feeder with no open watch")
 	}
@@ -133,9 +133,9 @@ func TestCheckLagWithoutWatch(t *testing.T) {
 func TestWatchStalledWithoutEtcd(t *testing.T) {
 	store := snapshot.NewStore(snapshot.StoreConfig{})
 	store.Replace(nil, 10)
-	l := &Lists{}
-	entry := &storeEntry{store: store, info: &resourceInfo{GVR: podsGVR}, ctx: context.Background()}
-	if l.watchStalled(context.Background(), entry) {
+	reg := &Registry{}
+	entry := &storeEntry{store: store, info: &Resource{GVR: podsGVR}, ctx: context.Background()}
+	if reg.watchStalled(context.Background(), entry) {
 		t.Error("watchStalled without etcd = true, want false")
 	}
 }

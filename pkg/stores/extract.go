@@ -1,4 +1,4 @@
-package lists
+package stores
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 // newExtractor returns how one resource's items in one representation become
 // snapshot entries: metadata and selectable field values are read once, the
 // bytes are kept as they are.
-func newExtractor(info *resourceInfo, format wire.Format) snapshot.Extractor {
+func newExtractor(info *Resource, format wire.Format) snapshot.Extractor {
 	var specs []fieldSpec
 	var paths []wire.FieldPath
 	if !format.IsMeta() {

@@ -1,4 +1,4 @@
-package lists
+package stores
 
 import (
 	"context"
@@ -29,8 +29,9 @@ import (
 // not started for it (listproxy_lists_total and
 // listproxy_watch_passed_through_total).
 const (
-	ReasonStoreNotAuthorized Reason = "store_not_authorized" // the caller may not list the resource cluster-wide
-	ReasonStoreOverBudget    Reason = "store_over_budget"    // the stores hold Config.MaxStoreBytes or more
+	ReasonNotStarted         = "not_synced"           // Run has not read discovery yet
+	ReasonStoreNotAuthorized = "store_not_authorized" // the caller may not list the resource cluster-wide
+	ReasonStoreOverBudget    = "store_over_budget"    // the stores hold Config.MaxStoreBytes or more
 )
 
 // Values of the "reason" label of listproxy_stores_refused_total.
@@ -57,7 +58,7 @@ type startRequest struct {
 // caller is refused as such whatever the budget, so that
 // listproxy_stores_refused_total{reason="over_budget"} counts only
 // callers the budget turned away.
-func admitStart(s startRequest) (Reason, bool) {
+func admitStart(s startRequest) (string, bool) {
 	switch {
 	case s.preloaded:
 		return "", true
@@ -70,7 +71,7 @@ func admitStart(s startRequest) (Reason, bool) {
 }
 
 // refusedLabel is the listproxy_stores_refused_total reason of a refusal.
-func refusedLabel(reason Reason) string {
+func refusedLabel(reason string) string {
 	if reason == ReasonStoreOverBudget {
 		return refusedOverBudget
 	}
@@ -79,12 +80,12 @@ func refusedLabel(reason Reason) string {
 
 // isPreloaded reports whether Config.Preload names the store of info in
 // format (in the resource's preferred version).
-func (l *Lists) isPreloaded(info *resourceInfo, format wire.Format) bool {
-	for _, p := range l.cfg.Preload {
+func (reg *Registry) isPreloaded(info *Resource, format wire.Format) bool {
+	for _, p := range reg.cfg.Preload {
 		if p.Resource != info.GVR.GroupResource() || p.formatFor(info) != format {
 			continue
 		}
-		if preferred, ok := l.registry.preferred(p.Resource); ok && preferred.GVR == info.GVR {
+		if preferred, ok := reg.catalog.preferred(p.Resource); ok && preferred.GVR == info.GVR {
 			return true
 		}
 	}
@@ -92,10 +93,10 @@ func (l *Lists) isPreloaded(info *resourceInfo, format wire.Format) bool {
 }
 
 // storeBytesLocked is what the running stores hold: each one's live and
-// history bytes as last published. l.mu must be held.
-func (l *Lists) storeBytesLocked() int64 {
+// history bytes as last published. reg.mu must be held.
+func (reg *Registry) storeBytesLocked() int64 {
 	var n int64
-	for _, e := range l.stores {
+	for _, e := range reg.stores {
 		n += e.bytes.Load()
 	}
 	return n
@@ -103,13 +104,13 @@ func (l *Lists) storeBytesLocked() int64 {
 
 // authorizedToStart reports whether the caller of ctx may start a store of
 // info: always without Config.AuthorizeStart (sidecar mode).
-func (l *Lists) authorizedToStart(ctx context.Context, info *resourceInfo) bool {
-	return l.cfg.AuthorizeStart == nil || l.cfg.AuthorizeStart(ctx, info.GVR)
+func (reg *Registry) authorizedToStart(ctx context.Context, info *Resource) bool {
+	return reg.cfg.AuthorizeStart == nil || reg.cfg.AuthorizeStart(ctx, info.GVR)
 }
 
 // refuseStart counts and logs a store not started for a request.
-func (l *Lists) refuseStart(info *resourceInfo, format wire.Format, reason Reason, used int64) {
-	l.cfg.Metrics.storeRefused(info.GVR.GroupResource().String(), refusedLabel(reason))
+func (reg *Registry) refuseStart(info *Resource, format wire.Format, reason string, used int64) {
+	reg.cfg.Metrics.refused(info.GVR.GroupResource().String(), refusedLabel(reason))
 	klog.V(2).InfoS("Snapshot store not started; the request passes through", "resource", info.GVR.String(), "format", format.String(),
-		"reason", string(reason), "storeBytes", used, "maxStoreBytes", l.cfg.MaxStoreBytes)
+		"reason", reason, "storeBytes", used, "maxStoreBytes", reg.cfg.MaxStoreBytes)
 }

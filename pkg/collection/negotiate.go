@@ -1,4 +1,4 @@
-package lists
+package collection
 
 import (
 	"net/http"
@@ -57,18 +57,10 @@ func (r listRestrictions) AllowsMediaTypeTransform(mimeType, mimeSubType string,
 func (listRestrictions) AllowsServerVersion(version string) bool { return version == "v1" }
 func (listRestrictions) AllowsStreamSchema(s string) bool        { return s == "watch" }
 
-// negotiateFormat returns the representation the apiserver would answer
-// the LIST r with, when listproxy can produce it byte-for-byte.
-func negotiateFormat(r *http.Request, custom bool) (wire.Format, bool) {
-	return negotiate(r, custom, false)
-}
-
-// negotiateWatchFormat is negotiateFormat for a WATCH: its metadata form is
-// PartialObjectMetadata (singular), and ";stream=watch" may be asked for.
-func negotiateWatchFormat(r *http.Request, custom bool) (wire.Format, bool) {
-	return negotiate(r, custom, true)
-}
-
+// negotiate returns the representation the apiserver would answer r
+// with, when listproxy can produce it byte-for-byte. A WATCH's metadata
+// form is PartialObjectMetadata (singular), a LIST's
+// PartialObjectMetadataList, and only a WATCH may ask for ";stream=watch".
 func negotiate(r *http.Request, custom, watch bool) (wire.Format, bool) {
 	restrictions := listRestrictions{standard: builtinMedia}
 	if custom {

@@ -1,4 +1,4 @@
-package lists
+package stores
 
 import (
 	"k8s.io/apimachinery/pkg/fields"
@@ -72,9 +72,9 @@ var builtinFields = map[schema.GroupResource]struct {
 	}},
 }
 
-// selectableFields describes the field selectors listproxy evaluates for one
+// SelectableFields describes the field selectors listproxy evaluates for one
 // resource.
-type selectableFields struct {
+type SelectableFields struct {
 	// labels holds every accepted field label.
 	labels map[string]bool
 	// specs are the non-metadata fields to extract at ingest.
@@ -85,12 +85,12 @@ type selectableFields struct {
 }
 
 // fieldsFor returns the field selectors listproxy evaluates for a resource:
-// the built-in table, or a custom resource's selectableFields (metadata.name
+// the built-in table, or a custom resource's SelectableFields (metadata.name
 // and metadata.namespace are accepted for every custom resource). Other
 // built-in resources get metadata.name, and metadata.namespace when
 // namespaced, as the apiserver's default field-label conversion accepts.
-func fieldsFor(gr schema.GroupResource, custom bool, namespaced bool, crdSelectable []string) selectableFields {
-	sf := selectableFields{labels: map[string]bool{"metadata.name": true}}
+func fieldsFor(gr schema.GroupResource, custom bool, namespaced bool, crdSelectable []string) SelectableFields {
+	sf := SelectableFields{labels: map[string]bool{"metadata.name": true}}
 	if custom {
 		sf.labels["metadata.namespace"] = true
 		for _, p := range crdSelectable {
@@ -122,7 +122,7 @@ func fieldsFor(gr schema.GroupResource, custom bool, namespaced bool, crdSelecta
 // accepts reports whether listproxy can evaluate every requirement of sel.
 // metaOnlyData is true when objects are held as PartialObjectMetadata, where
 // only metadata.* fields are known.
-func (sf selectableFields) accepts(sel fields.Selector, metaOnlyData bool) bool {
+func (sf SelectableFields) Accepts(sel fields.Selector, metaOnlyData bool) bool {
 	for _, req := range sel.Requirements() {
 		if !sf.labels[req.Field] {
 			return false

@@ -1,4 +1,4 @@
-package lists
+package stores
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/apiserver/pkg/endpoints/deprecation"
@@ -20,8 +21,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// resourceInfo is what discovery says about one cacheable resource version.
-type resourceInfo struct {
+// Resource is what discovery says about one cacheable resource version.
+type Resource struct {
 	GVR        schema.GroupVersionResource
 	Kind       string
 	Namespaced bool
@@ -34,7 +35,7 @@ type resourceInfo struct {
 	// response of this version (a CRD version marked deprecated, or a
 	// built-in API deprecated in the apiserver's release).
 	Warnings []string
-	Fields   selectableFields
+	Fields   SelectableFields
 	// fingerprint changes when anything that shapes stored entries changes
 	// (a CRD recreated or its selectable fields edited); stores built for an
 	// older fingerprint are dropped.
@@ -55,15 +56,15 @@ func (f ResourceFilter) Allows(gr schema.GroupResource) bool {
 	return false
 }
 
-// registry holds the cacheable resources, refreshed from discovery.
-type registry struct {
+// catalog holds the cacheable resources, refreshed from discovery.
+type catalog struct {
 	discovery discovery.DiscoveryInterface
 	dynamic   dynamic.Interface
 	filter    ResourceFilter
 
 	mu        sync.RWMutex
-	resources map[schema.GroupVersionResource]*resourceInfo // guarded by mu
-	features  apiserverFeatures                             // guarded by mu
+	resources map[schema.GroupVersionResource]*Resource // guarded by mu
+	features  apiserverFeatures                         // guarded by mu
 	// featuresRead is when features were last read from the apiserver's
 	// /metrics (zero: never, or the last read failed) and featuresVersion
 	// the apiserver's version then; only refresh touches them.
@@ -76,7 +77,7 @@ type registry struct {
 
 var crdGVR = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
 
-func (r *registry) lookup(gvr schema.GroupVersionResource) (*resourceInfo, bool) {
+func (r *catalog) lookup(gvr schema.GroupVersionResource) (*Resource, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	info, ok := r.resources[gvr]
@@ -86,7 +87,7 @@ func (r *registry) lookup(gvr schema.GroupVersionResource) (*resourceInfo, bool)
 // preferred returns a cacheable resource in its group's preferred version,
 // or, when that version does not serve it, in its most preferred
 // cacheable version by Kubernetes version order (v2, v1, v1beta1, ...).
-func (r *registry) preferred(gr schema.GroupResource) (*resourceInfo, bool) {
+func (r *catalog) preferred(gr schema.GroupResource) (*Resource, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if v, ok := r.preferredGV[gr.Group]; ok {
@@ -94,7 +95,7 @@ func (r *registry) preferred(gr schema.GroupResource) (*resourceInfo, bool) {
 			return info, true
 		}
 	}
-	var best *resourceInfo
+	var best *Resource
 	for gvr, info := range r.resources {
 		if gvr.GroupResource() == gr && (best == nil || version.CompareKubeAwareVersionStrings(gvr.Version, best.GVR.Version) > 0) {
 			best = info
@@ -105,7 +106,7 @@ func (r *registry) preferred(gr schema.GroupResource) (*resourceInfo, bool) {
 
 // refresh re-reads discovery and the CRDs. It returns the resources whose
 // stores must be dropped: gone or changed.
-func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, error) {
+func (r *catalog) refresh(ctx context.Context) ([]schema.GroupVersionResource, error) {
 	groups, lists, err := r.discovery.ServerGroupsAndResources()
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("discovery: %w", err)
@@ -134,7 +135,7 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 	}
 	major, minor := releaseOf(info)
 	features := r.readFeatures(ctx, info, major, minor)
-	next := map[schema.GroupVersionResource]*resourceInfo{}
+	next := map[schema.GroupVersionResource]*Resource{}
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
 		if err != nil {
@@ -148,7 +149,7 @@ func (r *registry) refresh(ctx context.Context) ([]schema.GroupVersionResource, 
 			if !r.filter.Allows(gvr.GroupResource()) {
 				continue
 			}
-			info := &resourceInfo{GVR: gvr, Kind: res.Kind, Namespaced: res.Namespaced}
+			info := &Resource{GVR: gvr, Kind: res.Kind, Namespaced: res.Namespaced}
 			crd, custom := crds[gvr]
 			info.Custom = custom
 			info.Aggregated = !custom && aggregated[gvr.GroupVersion()]
@@ -202,7 +203,7 @@ type crdVersion struct {
 }
 
 // customResources lists the CRDs' served versions with their selectable fields.
-func (r *registry) customResources(ctx context.Context) (map[schema.GroupVersionResource]crdVersion, error) {
+func (r *catalog) customResources(ctx context.Context) (map[schema.GroupVersionResource]crdVersion, error) {
 	list, err := r.dynamic.Resource(crdGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list customresourcedefinitions: %w", err)
@@ -210,7 +211,7 @@ func (r *registry) customResources(ctx context.Context) (map[schema.GroupVersion
 	out := map[schema.GroupVersionResource]crdVersion{}
 	for _, u := range list.Items {
 		var crd apiextensionsv1.CustomResourceDefinition
-		if err := runtimeConverter.FromUnstructured(u.Object, &crd); err != nil {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &crd); err != nil {
 			klog.ErrorS(err, "Unreadable CustomResourceDefinition", "name", u.GetName())
 			continue
 		}
@@ -290,7 +291,7 @@ const featuresMaxAge = 10 * time.Minute
 // readFeatures returns the apiserver's feature gates as its /metrics reports
 // them, read again when the apiserver's version changed or featuresMaxAge
 // passed. When /metrics cannot be read, the release's defaults stand in.
-func (r *registry) readFeatures(ctx context.Context, info *version.Info, major, minor int) apiserverFeatures {
+func (r *catalog) readFeatures(ctx context.Context, info *version.Info, major, minor int) apiserverFeatures {
 	if !r.featuresRead.IsZero() && r.featuresVersion == info.GitVersion && time.Since(r.featuresRead) < featuresMaxAge {
 		r.mu.RLock()
 		defer r.mu.RUnlock()
@@ -312,7 +313,7 @@ func (r *registry) readFeatures(ctx context.Context, info *version.Info, major, 
 
 // watchListDefaults reports whether the apiserver turns a watch from
 // resourceVersion "" or "0" without sendInitialEvents into a watch-list.
-func (r *registry) watchListDefaults() bool {
+func (r *catalog) watchListDefaults() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.features.WatchList
@@ -320,7 +321,7 @@ func (r *registry) watchListDefaults() bool {
 
 // watchListGzip reports whether the apiserver gzips watch-list responses
 // for clients that accept it.
-func (r *registry) watchListGzip() bool {
+func (r *catalog) watchListGzip() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.features.WatchListCompression
@@ -331,7 +332,7 @@ var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io",
 // aggregatedGroups returns the group versions that APIServices delegate to
 // another server (spec.service set); the others are served by the
 // apiserver itself from its etcd.
-func (r *registry) aggregatedGroups(ctx context.Context) (map[schema.GroupVersion]bool, error) {
+func (r *catalog) aggregatedGroups(ctx context.Context) (map[schema.GroupVersion]bool, error) {
 	list, err := r.dynamic.Resource(apiServiceGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list apiservices: %w", err)
@@ -349,7 +350,7 @@ func (r *registry) aggregatedGroups(ctx context.Context) (map[schema.GroupVersio
 
 // refreshLoop refreshes the registry every interval until ctx is done and
 // calls drop with resources whose stores are stale.
-func (r *registry) refreshLoop(ctx context.Context, interval time.Duration, drop func([]schema.GroupVersionResource)) {
+func (r *catalog) refreshLoop(ctx context.Context, interval time.Duration, drop func([]schema.GroupVersionResource)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

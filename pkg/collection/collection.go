@@ -1,0 +1,97 @@
+package collection
+
+import (
+	"net/http"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// Verb is what a collection request asks for.
+type Verb int
+
+const (
+	List Verb = iota
+	Watch
+)
+
+// Reasons a request is not one a store can serve, before anything is
+// resolved: the "reason" label of listproxy_lists_total and
+// listproxy_watch_passed_through_total.
+const (
+	ReasonMethod    = "method"     // not a GET
+	ReasonPath      = "path"       // not a resource collection
+	ReasonResource  = "resource"   // not a cached resource
+	ReasonMediaType = "media_type" // a representation listproxy does not store
+	ReasonSelector  = "selector"   // a selector listproxy cannot evaluate
+)
+
+// Request is a LIST or WATCH of a cached resource's collection, in a
+// representation its store holds, with selectors listproxy evaluates.
+type Request struct {
+	Path
+	Resource *stores.Resource
+	Format   wire.Format
+	Labels   labels.Selector
+	Fields   fields.Selector
+	// Selective: a non-empty label or field selector.
+	Selective bool
+	// Gzip: the client accepts a gzip-encoded response.
+	Gzip bool
+}
+
+// Match reports whether the request's selectors select e.
+func (r Request) Match(e *snapshot.Entry) bool {
+	return r.Labels.Matches(e.Labels) && r.Fields.Matches(e.Fields)
+}
+
+// Parse decides whether r, with the given selectors (from its query), is a
+// request of verb that a store could serve, and parses it. It has no side
+// effects. When not, reason says why, and Resource is set when the path
+// named a cached resource.
+func Parse(r *http.Request, reg *stores.Registry, verb Verb, labelSelector, fieldSelector string) (req Request, reason string, ok bool) {
+	if r.Method != http.MethodGet {
+		return Request{}, ReasonMethod, false
+	}
+	path, ok := ParsePath(r)
+	if !ok {
+		return Request{}, ReasonPath, false
+	}
+	res, ok := reg.Lookup(path.GVR)
+	if !ok {
+		return Request{}, ReasonResource, false
+	}
+	req = Request{Path: path, Resource: res}
+	if path.Namespace != "" && !res.Namespaced {
+		return req, ReasonPath, false
+	}
+	if req.Format, ok = negotiate(r, res.Custom, verb == Watch); !ok {
+		return req, ReasonMediaType, false
+	}
+	var err error
+	if req.Labels, err = labels.Parse(labelSelector); err != nil {
+		return req, ReasonSelector, false
+	}
+	req.Fields, err = fields.ParseSelector(fieldSelector)
+	if err != nil || !res.Fields.Accepts(req.Fields, req.Format.IsMeta()) {
+		return req, ReasonSelector, false
+	}
+	req.Selective = !req.Labels.Empty() || !req.Fields.Empty()
+	req.Gzip = AcceptsGzip(r)
+	return req, "", true
+}
+
+// AcceptsGzip reports whether r's Accept-Encoding lists gzip.
+func AcceptsGzip(r *http.Request) bool {
+	for _, token := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		if strings.TrimSpace(token) == "gzip" {
+			return true
+		}
+	}
+	return false
+}

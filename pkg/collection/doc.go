@@ -1,0 +1,8 @@
+// Package collection parses a LIST or WATCH of a resource collection once,
+// for both servers: the path, the cached resource it names (from the store
+// registry), the representation the apiserver would answer with
+// (negotiated with the apiserver's own code), the label and field
+// selectors against the resource's selectable fields, and whether the
+// client accepts gzip. A request it does not accept passes through, with
+// the reason.
+package collection

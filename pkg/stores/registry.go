@@ -1,0 +1,465 @@
+package stores
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/listproxy/listproxy/pkg/consistency"
+	"github.com/listproxy/listproxy/pkg/freshness"
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// Config configures the registry of snapshot stores. Start from
+// DefaultConfig: New takes every field as given.
+type Config struct {
+	// Upstream is how listproxy reaches the apiserver with its own identity.
+	Upstream *rest.Config
+	// Peer, when set, is how listproxy reaches other replicas of itself in
+	// front of the same apiserver (typically their Service): each store's
+	// first list is read from there, and only its watch from the apiserver
+	// (snapshot.FeederConfig.Warm). A peer that cannot be reached or
+	// cannot answer costs one failed request, and a list the apiserver
+	// does not show to be its cluster's (peerSource) one name-scoped
+	// LIST; the store then lists from the apiserver. It carries only what
+	// the peer is to be sent, and redirects are never followed.
+	Peer *rest.Config
+	// Resources selects the cached resources.
+	Resources ResourceFilter
+	// History, HistoryMaxBytes and HistoryMaxRatio bound each store's
+	// snapshot history (see snapshot.StoreConfig).
+	History         time.Duration
+	HistoryMaxBytes int64
+	HistoryMaxRatio float64
+	// IdleTTL drops a store that no request held for this long; preloaded
+	// stores are never dropped as idle.
+	IdleTTL time.Duration
+	// Preload names the stores started when Run has read discovery and
+	// kept running (Ready).
+	Preload []Preload
+	// AuthorizeStart, when set, is asked before a request starts a store
+	// that is not preloaded: whether the request's caller (in ctx) may
+	// list gvr in every namespace, as the store's source does. A store is
+	// not started for a caller it refuses; the request passes through
+	// (admission.go). Nil trusts every caller (sidecar mode).
+	AuthorizeStart func(ctx context.Context, gvr schema.GroupVersionResource) bool
+	// MaxStoreBytes: a store that is not preloaded is started only while
+	// the running stores hold fewer bytes (live and history) than this;
+	// otherwise the request passes through. Running stores are never
+	// dropped for it. 0 is no bound.
+	MaxStoreBytes int64
+	// ColdStoreWait bounds how long a LIST or watch waits for its store's
+	// first list (the one sync in flight, started by the first request)
+	// instead of passing through beside it (Handle.AwaitSynced; cold.go).
+	// 0 does not wait.
+	ColdStoreWait time.Duration
+	// DiscoveryInterval is how often discovery and CRDs are re-read; it
+	// must be positive.
+	DiscoveryInterval time.Duration
+	// Metrics counts stores refused; nil records nothing.
+	Metrics *Metrics
+	// StoreMetrics observes the snapshot stores; nil records nothing.
+	StoreMetrics *snapshot.Metrics
+
+	// Freshness proves consistent reads with etcd; nil without etcd
+	// access (managed clusters): consistent reads then pass through.
+	Freshness *freshness.Checker
+	// EtcdPrefix returns a resource's etcd key prefix (with a trailing "/").
+	EtcdPrefix func(gr schema.GroupResource, custom bool) string
+	// ConsistentReadTimeout bounds proving freshness (freshness.Prover).
+	ConsistentReadTimeout time.Duration
+	// FreshnessMetrics counts consistent-read outcomes; nil records nothing.
+	FreshnessMetrics *freshness.ReadMetrics
+	// WatchStallTimeout is how long a store's watch request may go
+	// unanswered, and how often a watch that delivered no event or
+	// bookmark is checked with etcd (watchStalled;
+	// snapshot.FeederConfig.StallTimeout).
+	WatchStallTimeout time.Duration
+	// WatchLagTimeout restarts a store's watch when the store stays behind
+	// a revision etcd proved it must reach for this long, and a silent
+	// watch whose store does not reach a change etcd holds within it
+	// (lag.go); 0 or negative never restarts a watch for either.
+	WatchLagTimeout time.Duration
+	// ConsistencyCheck configures comparing snapshots with the apiserver
+	// (pkg/consistency).
+	ConsistencyCheck consistency.Config
+}
+
+// DefaultConfig returns listproxy's defaults; the command's flags start from
+// them. The history window follows the apiserver's watch cache (75s history
+// doubled for pagination); none are measured for listproxy yet.
+func DefaultConfig() Config {
+	return Config{
+		History:         150 * time.Second,
+		HistoryMaxBytes: 1 << 30,
+		HistoryMaxRatio: 0.1,
+		IdleTTL:         15 * time.Minute,
+		// Not measured: room for a first list of tens of thousands of
+		// objects on a busy machine, under the apiserver's 60s request
+		// timeout. A client that gets the 429 after it retries (client-go
+		// does, after Retry-After).
+		ColdStoreWait:         30 * time.Second,
+		DiscoveryInterval:     10 * time.Second,
+		ConsistentReadTimeout: freshness.DefaultProofTimeout,
+		// Watch health (not measured): a watch request unanswered for 3
+		// minutes is abandoned, and a watch silent for that long is
+		// checked with etcd; a store that etcd proves behind for 10s has
+		// its watch restarted (lag.go).
+		WatchStallTimeout: snapshot.DefaultStallTimeout,
+		WatchLagTimeout:   defaultWatchLagTimeout,
+		ConsistencyCheck:  consistency.DefaultConfig(),
+	}
+}
+
+// Registry keeps one snapshot store per cacheable resource and
+// representation: it reads discovery, starts a store on first demand of a
+// caller admitted to start it (admission.go) or on preload, feeds it from
+// the apiserver (or a peer's first list), proves its freshness with etcd,
+// restarts its watch when it lags or stalls, applies etcd's compaction,
+// and drops it when idle or when discovery changes. Requests reach a store
+// through Acquire only.
+type Registry struct {
+	cfg     Config
+	client  *http.Client
+	catalog *catalog
+	// peerClient and peerHost reach Config.Peer; nil without one.
+	peerClient *http.Client
+	peerHost   string
+
+	// ctx bounds every feeder; set by Run.
+	ctx context.Context
+
+	mu     sync.RWMutex
+	stores map[storeKey]*storeEntry // guarded by mu
+
+	preload preloadState
+
+	consistency *consistency.Checker // compares the stores with the apiserver
+}
+
+type storeKey struct {
+	gvr    schema.GroupVersionResource
+	format wire.Format
+}
+
+type storeEntry struct {
+	store    *snapshot.Store
+	source   *apiSource
+	info     *Resource
+	ctx      context.Context
+	cancel   context.CancelFunc
+	lastUsed atomic.Int64 // unix nanoseconds of the last release or acquire
+	// holders counts the Handles not yet released; a store held is never
+	// idle (a watch holds it until it ends).
+	holders atomic.Int64
+	feeder  *snapshot.Feeder
+	// lagCheck is true while a check that the store catches up runs (lag.go).
+	lagCheck atomic.Bool
+	// preloaded stores (Config.Preload) are never dropped as idle.
+	preloaded atomic.Bool
+	// started is when the store started: how long a store that has not
+	// synced has been unready (cold.go).
+	started time.Time
+
+	// prover proves what the store must hold for consistent, exact and
+	// not-older-than reads with etcd.
+	prover *freshness.Prover
+	// bytes is what the store holds, live and history, as last published:
+	// its share of Config.MaxStoreBytes.
+	bytes atomic.Int64
+}
+
+// New builds the registry; Run must be called before it starts stores.
+func New(cfg Config) (*Registry, error) {
+	if cfg.DiscoveryInterval <= 0 {
+		return nil, fmt.Errorf("discovery interval must be positive, got %v", cfg.DiscoveryInterval)
+	}
+	client, err := rest.HTTPClientFor(withHealthCheckedTransport(cfg.Upstream))
+	if err != nil {
+		return nil, fmt.Errorf("upstream client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("discovery client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	reg := &Registry{
+		cfg:     cfg,
+		client:  client,
+		catalog: &catalog{discovery: disc, dynamic: dyn, filter: cfg.Resources},
+		stores:  map[storeKey]*storeEntry{},
+	}
+	if cfg.Peer != nil {
+		// A peer's client that cannot be built (its CA file is missing)
+		// leaves stores to list from the apiserver, as without a peer.
+		if reg.peerClient, err = newPeerClient(cfg.Peer); err != nil {
+			klog.ErrorS(err, "Peer client; stores list from the apiserver", "peer", cfg.Peer.Host)
+			reg.peerClient = nil
+		}
+		reg.peerHost = strings.TrimSuffix(cfg.Peer.Host, "/")
+	}
+	reg.consistency = consistency.New(cfg.ConsistencyCheck, consistencyView{reg}, consistencyView{reg})
+	return reg, nil
+}
+
+// Run reads discovery (retrying until it succeeds; until then no store
+// starts and every request passes through), then keeps discovery fresh,
+// the preloaded stores running and etcd's compaction applied, and drops
+// idle stores, until ctx is done; then it stops every store.
+func (reg *Registry) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		_, err := reg.catalog.refresh(ctx)
+		if err == nil {
+			break
+		}
+		klog.ErrorS(err, "Reading discovery failed; passing everything through until it succeeds")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+	reg.mu.Lock()
+	reg.ctx = ctx
+	reg.mu.Unlock()
+	go reg.catalog.refreshLoop(ctx, reg.cfg.DiscoveryInterval, reg.drop)
+	if reg.cfg.Freshness != nil {
+		go every(ctx, compactionInterval, reg.applyCompactionAll)
+	}
+	if len(reg.cfg.Preload) > 0 {
+		reg.ensurePreloaded()
+		go every(ctx, reg.cfg.DiscoveryInterval, reg.ensurePreloaded)
+	}
+	if reg.cfg.IdleTTL > 0 {
+		go every(ctx, reg.cfg.IdleTTL/2, reg.dropIdle)
+	}
+	if reg.cfg.ConsistencyCheck.Interval > 0 {
+		go reg.consistency.Run(ctx)
+	}
+	<-ctx.Done()
+	reg.drop(nil)
+}
+
+// every calls f every interval until ctx is done.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		f()
+	}
+}
+
+// Lookup returns what discovery says about gvr, if listproxy caches it.
+func (reg *Registry) Lookup(gvr schema.GroupVersionResource) (*Resource, bool) {
+	return reg.catalog.lookup(gvr)
+}
+
+// WatchListDefaults reports whether the apiserver turns a watch from
+// resourceVersion "" or "0" without sendInitialEvents into a watch-list.
+func (reg *Registry) WatchListDefaults() bool { return reg.catalog.watchListDefaults() }
+
+// WatchListGzip reports whether the apiserver gzips watch-list responses
+// for clients that accept it.
+func (reg *Registry) WatchListGzip() bool { return reg.catalog.watchListGzip() }
+
+// ProvesWithEtcd reports whether consistent reads can be proven (etcd is
+// reachable); without, they pass through.
+func (reg *Registry) ProvesWithEtcd() bool { return reg.cfg.Freshness != nil }
+
+// drop stops the stores of the given resources (all stores for nil).
+func (reg *Registry) drop(gvrs []schema.GroupVersionResource) {
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	for k, e := range reg.stores {
+		if gvrs == nil || slices.Contains(gvrs, k.gvr) {
+			reg.dropLocked(k, e, "resource changed or listproxy stopping")
+		}
+	}
+}
+
+// dropLocked stops one store and forgets it and its metrics.
+func (reg *Registry) dropLocked(k storeKey, e *storeEntry, why string) {
+	e.cancel()
+	delete(reg.stores, k)
+	reg.cfg.StoreMetrics.Forget(k.gvr.GroupResource().String(), k.format.String())
+	klog.InfoS("Dropped snapshot store", "resource", k.gvr.String(), "format", k.format.String(), "why", why)
+}
+
+// dropIdle drops the stores that are not preloaded, not held, and were
+// last used more than IdleTTL ago.
+func (reg *Registry) dropIdle() {
+	cutoff := time.Now().Add(-reg.cfg.IdleTTL)
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	for k, e := range reg.stores {
+		if !e.preloaded.Load() && e.holders.Load() == 0 && time.Unix(0, e.lastUsed.Load()).Before(cutoff) {
+			reg.dropLocked(k, e, "idle")
+		}
+	}
+}
+
+// compactionInterval is how often the compacted revision the Checker knows
+// is applied to every store. The Checker reads it from etcd every 10s;
+// applying it is a comparison per store.
+const compactionInterval = time.Second
+
+// applyCompactionAll applies etcd's compacted revision to every store, so
+// that snapshots and pins holding only compacted states are released.
+func (reg *Registry) applyCompactionAll() {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	for _, e := range reg.stores {
+		reg.applyCompaction(e.store)
+	}
+}
+
+// applyCompaction tells store the compacted revision known to the Checker.
+func (reg *Registry) applyCompaction(store *snapshot.Store) {
+	if reg.cfg.Freshness == nil {
+		return
+	}
+	if rev := reg.cfg.Freshness.CompactedRevision(); rev > 0 {
+		store.Compact(uint64(rev))
+	}
+}
+
+// existingStore returns the store of info in format if one is running and
+// was built for info's current discovery, else nil; it starts none.
+func (reg *Registry) existingStore(info *Resource, format wire.Format) *storeEntry {
+	reg.mu.RLock()
+	e, ok := reg.stores[storeKey{gvr: info.GVR, format: format}]
+	reg.mu.RUnlock()
+	if !ok || e.info.fingerprint != info.fingerprint {
+		return nil
+	}
+	return e
+}
+
+// storeFor returns the store of a resource in a representation, starting
+// its feeder on first demand if admitStart admits it for the caller of ctx
+// (admission.go); preload starts a preloaded store. Without a store it
+// returns the pass-through reason: ReasonNotStarted before Run, or why the
+// store was not started.
+func (reg *Registry) storeFor(ctx context.Context, info *Resource, format wire.Format, preload bool) (*storeEntry, string, bool) {
+	if e := reg.existingStore(info, format); e != nil {
+		return e, "", true
+	}
+	start := startRequest{preloaded: preload || reg.isPreloaded(info, format), budget: reg.cfg.MaxStoreBytes}
+	if !start.preloaded {
+		// A review may reach the apiserver: not under reg.mu.
+		start.authorized = reg.authorizedToStart(ctx, info)
+	}
+	key := storeKey{gvr: info.GVR, format: format}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if reg.ctx == nil {
+		return nil, ReasonNotStarted, false
+	}
+	e, ok := reg.stores[key]
+	if ok && e.info.fingerprint == info.fingerprint {
+		return e, "", true
+	}
+	start.used = reg.storeBytesLocked()
+	if reason, admitted := admitStart(start); !admitted {
+		reg.refuseStart(info, format, reason, start.used)
+		return nil, reason, false
+	}
+	if ok {
+		// Discovery changed the resource under us: rebuild.
+		e.cancel()
+	}
+	e = reg.newStoreLocked(info, format)
+	reg.stores[key] = e
+	klog.InfoS("Started snapshot store", "resource", info.GVR.String(), "format", format.String(), "preloaded", start.preloaded)
+	return e, "", true
+}
+
+// newStoreLocked builds the store of info in format with its feeder and
+// prover, and starts the feeder under reg.ctx.
+func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEntry {
+	indexField := ""
+	if info.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && !format.IsMeta() {
+		indexField = "spec.nodeName"
+	}
+	observe := reg.cfg.StoreMetrics.For(info.GVR.GroupResource().String(), format.String())
+	e := &storeEntry{info: info, started: time.Now()}
+	e.store = snapshot.NewStore(snapshot.StoreConfig{
+		IndexField:      indexField,
+		History:         reg.cfg.History,
+		HistoryMaxBytes: reg.cfg.HistoryMaxBytes,
+		HistoryMaxRatio: reg.cfg.HistoryMaxRatio,
+		OnPublish: func(s snapshot.Stats) {
+			e.bytes.Store(s.Bytes + s.HistoryBytes)
+			if observe.OnPublish != nil {
+				observe.OnPublish(s)
+			}
+		},
+		Pack: func(items [][]byte) [][]byte { return wire.PackItems(format, items) },
+	})
+	e.source = &apiSource{client: reg.client, host: strings.TrimSuffix(reg.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
+	e.ctx, e.cancel = context.WithCancel(reg.ctx)
+	var warm snapshot.Lister
+	if reg.peerClient != nil {
+		warm = peerSource{main: e.source, peer: &apiSource{client: reg.peerClient, host: reg.peerHost, path: e.source.path, format: format, custom: info.Custom, peer: true}}
+	}
+	e.feeder = snapshot.NewFeeder(snapshot.FeederConfig{
+		Store:          e.store,
+		Source:         e.source,
+		Warm:           warm,
+		OnWarm:         observe.OnWarm,
+		Extract:        newExtractor(info, format),
+		Name:           info.GVR.String() + "/" + format.String(),
+		OnRelist:       observe.OnRelist,
+		OnWatchRestart: observe.OnWatchRestart,
+		OnWatching:     observe.OnWatching,
+		OnProgress:     observe.OnProgress,
+		StallTimeout:   reg.cfg.WatchStallTimeout,
+		Stalled:        func(ctx context.Context) bool { return reg.watchStalled(ctx, e) },
+	})
+	prefix := ""
+	if reg.cfg.Freshness != nil {
+		prefix = reg.cfg.EtcdPrefix(info.GVR.GroupResource(), info.Custom)
+	}
+	e.prover = freshness.NewProver(e.ctx, freshness.ProverConfig{
+		Checker:    reg.cfg.Freshness,
+		Store:      e.store,
+		Resource:   info.GVR.GroupResource().String(),
+		Prefix:     prefix,
+		Aggregated: info.Aggregated,
+		Timeout:    reg.cfg.ConsistentReadTimeout,
+		Metrics:    reg.cfg.FreshnessMetrics,
+		Behind:     func(rv uint64, proven time.Time) { reg.checkLag(e, rv, proven) },
+	})
+	go e.feeder.Run(e.ctx)
+	e.lastUsed.Store(time.Now().UnixNano())
+	return e
+}
+
+func collectionPath(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return "/api/" + gvr.Version + "/" + gvr.Resource
+	}
+	return "/apis/" + gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}
