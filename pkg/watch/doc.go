@@ -7,6 +7,6 @@
 // transitions, bookmarks, deadlines, and byte-identical frames.
 //
 // Decide is the "serve or pass through?" decision over a watch's query. The
-// edge resolves the store and selectors (Target) and authorizes the caller;
-// this package imports only snapshot and wire.
+// edge resolves the store and selectors into a Target and authorizes the
+// caller; this package imports snapshot, wire, gzstitch and httpapi.
 package watch
