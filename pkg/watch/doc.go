@@ -6,7 +6,10 @@
 // apiserver's watch cache (k8s.io/apiserver/pkg/storage/cacher): selector
 // transitions, bookmarks, deadlines, and byte-identical frames.
 //
-// Decide is the "serve or pass through?" decision over a watch's query. The
-// edge resolves the store and selectors into a Target and authorizes the
-// caller; this package imports snapshot, wire, gzstitch and httpapi.
+// Decide is the "serve or pass through?" decision over a watch's query.
+// Handler, the edge's watch server (the edge authorizes the caller),
+// parses the rest with pkg/collection, takes the store from the registry
+// (pkg/stores), holds it until the watch ends, and hands the Server a
+// Target: the store, the scope and selectors, and the freshness proofs.
+// Server serves a Target and knows nothing of the registry.
 package watch

@@ -3,7 +3,6 @@ package watch
 import (
 	"context"
 	"net/http"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -110,10 +110,6 @@ type Target struct {
 	// time, the apiserver's 429 to answer with. Nil admits every
 	// watch-list at once.
 	Admit func(ctx context.Context, weight int64) (release func(), deadline time.Time, rejected *apierrors.StatusError)
-	// Reject, when Stores.Resolve returns ok false with it set, answers the
-	// watch instead of passing it through (a store that did not sync in
-	// time gets the apiserver's 429 for an unready watch cache).
-	Reject func(http.ResponseWriter)
 }
 
 // Server serves watches from snapshot stores.
@@ -346,23 +342,12 @@ func (s *Server) writeHead(w http.ResponseWriter, r *http.Request, d Decision, t
 	h.Set("Content-Type", t.Format.WatchContentType())
 	h.Set("Cache-Control", "no-cache, private")
 	h.Set("Transfer-Encoding", "chunked")
-	if t.WatchListGzip && d.Action != From && d.Bookmarks && acceptsGzip(r) {
+	if t.WatchListGzip && d.Action != From && d.Bookmarks && collection.AcceptsGzip(r) {
 		h.Set("Content-Encoding", "gzip")
 		h.Add("Vary", "Accept-Encoding")
 		wr.gzip = true
 	}
 	w.WriteHeader(http.StatusOK)
-}
-
-// acceptsGzip reports whether r's Accept-Encoding names gzip, as the
-// apiserver reads it (responsewriters.ContentEncodingSupported).
-func acceptsGzip(r *http.Request) bool {
-	for _, token := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
-		if strings.TrimSpace(token) == "gzip" {
-			return true
-		}
-	}
-	return false
 }
 
 // onFreshStack runs f on a goroutine of its own and waits for it to
