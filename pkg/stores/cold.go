@@ -45,7 +45,7 @@ func (h *Handle) AwaitSynced(ctx context.Context) bool {
 	if wait <= 0 || h.ListFailing() {
 		return false
 	}
-	t := time.NewTimer(wait)
+	t := h.reg.clock.NewTimer(wait)
 	defer t.Stop()
 	for {
 		changed := e.store.Changed()
@@ -57,7 +57,7 @@ func (h *Handle) AwaitSynced(ctx context.Context) bool {
 		}
 		select {
 		case <-changed:
-		case <-t.C:
+		case <-t.C():
 			return e.store.Synced()
 		case <-ctx.Done():
 			return false
@@ -76,7 +76,7 @@ func (h *Handle) ListFailing() bool {
 // NotReadyError is the apiserver's 429 for an unready watch cache, with
 // the Retry-After of a store unready since it started.
 func (h *Handle) NotReadyError() *apierrors.StatusError {
-	return apierrors.NewTooManyRequests(storeNotReadyMessage, retryAfterUnready(time.Since(h.e.started)))
+	return apierrors.NewTooManyRequests(storeNotReadyMessage, retryAfterUnready(h.reg.clock.Since(h.e.started)))
 }
 
 // retryAfterUnready is the apiserver's Retry-After, in seconds, for a watch

@@ -3,7 +3,6 @@ package stores
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -22,9 +21,8 @@ type Handle struct {
 // store on first demand if admitted for the caller of ctx (admission.go).
 // The store may not have synced yet (AwaitSynced). Without a store it
 // returns why (ReasonNotStarted before Run, ReasonStoreNotAuthorized,
-// ReasonStoreOverBudget) and ok false. existingOnly neither starts a store
-// (a peer's list is served from a running store or declined) nor counts
-// as its use.
+// ReasonStoreOverBudget) and ok false. existingOnly starts no store (a
+// peer's list is served from a running store or declined).
 func (reg *Registry) Acquire(ctx context.Context, res *Resource, format wire.Format, existingOnly bool) (h *Handle, reason string, ok bool) {
 	var e *storeEntry
 	if existingOnly {
@@ -35,15 +33,13 @@ func (reg *Registry) Acquire(ctx context.Context, res *Resource, format wire.For
 		return nil, reason, false
 	}
 	e.holders.Add(1)
-	if !existingOnly {
-		e.lastUsed.Store(time.Now().UnixNano())
-	}
+	e.lastUsed.Store(reg.clock.Now().UnixNano())
 	return &Handle{reg: reg, e: e}, "", true
 }
 
 // Release ends the hold; the store's idle time starts again.
 func (h *Handle) Release() {
-	h.e.lastUsed.Store(time.Now().UnixNano())
+	h.e.lastUsed.Store(h.reg.clock.Now().UnixNano())
 	h.e.holders.Add(-1)
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/listproxy/listproxy/pkg/consistency"
 	"github.com/listproxy/listproxy/pkg/freshness"
@@ -95,6 +96,9 @@ type Config struct {
 	// ConsistencyCheck configures comparing snapshots with the apiserver
 	// (pkg/consistency).
 	ConsistencyCheck consistency.Config
+	// Clock drives the registry's loops (idle drop, compaction, preload)
+	// and its cold waits; nil selects the real clock.
+	Clock clock.WithTicker
 }
 
 // DefaultConfig returns listproxy's defaults; the command's flags start from
@@ -132,6 +136,7 @@ func DefaultConfig() Config {
 // through Acquire only.
 type Registry struct {
 	cfg     Config
+	clock   clock.WithTicker
 	client  *http.Client
 	catalog *catalog
 	// peerClient and peerHost reach Config.Peer; nil without one.
@@ -200,6 +205,7 @@ func New(cfg Config) (*Registry, error) {
 	}
 	reg := &Registry{
 		cfg:     cfg,
+		clock:   clockOrReal(cfg.Clock),
 		client:  client,
 		catalog: &catalog{discovery: disc, dynamic: dyn, filter: cfg.Resources},
 		stores:  map[storeKey]*storeEntry{},
@@ -239,16 +245,16 @@ func (reg *Registry) Run(ctx context.Context) {
 	reg.mu.Lock()
 	reg.ctx = ctx
 	reg.mu.Unlock()
-	go reg.catalog.refreshLoop(ctx, reg.cfg.DiscoveryInterval, reg.drop)
+	go every(ctx, reg.clock, reg.cfg.DiscoveryInterval, func() { reg.refreshDiscovery(ctx) })
 	if reg.cfg.Freshness != nil {
-		go every(ctx, compactionInterval, reg.applyCompactionAll)
+		go every(ctx, reg.clock, compactionInterval, reg.applyCompactionAll)
 	}
 	if len(reg.cfg.Preload) > 0 {
 		reg.ensurePreloaded()
-		go every(ctx, reg.cfg.DiscoveryInterval, reg.ensurePreloaded)
+		go every(ctx, reg.clock, reg.cfg.DiscoveryInterval, reg.ensurePreloaded)
 	}
 	if reg.cfg.IdleTTL > 0 {
-		go every(ctx, reg.cfg.IdleTTL/2, reg.dropIdle)
+		go every(ctx, reg.clock, reg.cfg.IdleTTL/2, reg.dropIdle)
 	}
 	if reg.cfg.ConsistencyCheck.Interval > 0 {
 		go reg.consistency.Run(ctx)
@@ -257,18 +263,38 @@ func (reg *Registry) Run(ctx context.Context) {
 	reg.drop(nil)
 }
 
-// every calls f every interval until ctx is done.
-func every(ctx context.Context, interval time.Duration, f func()) {
-	t := time.NewTicker(interval)
+// refreshDiscovery re-reads discovery and drops the stores of resources
+// that are gone or changed; on failure it keeps the previous view.
+func (reg *Registry) refreshDiscovery(ctx context.Context) {
+	dropped, err := reg.catalog.refresh(ctx)
+	if err != nil {
+		klog.ErrorS(err, "Refreshing discovery failed; keeping the previous view")
+		return
+	}
+	if len(dropped) > 0 {
+		reg.drop(dropped)
+	}
+}
+
+// every calls f every interval of clk until ctx is done.
+func every(ctx context.Context, clk clock.WithTicker, interval time.Duration, f func()) {
+	t := clk.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		f()
 	}
+}
+
+func clockOrReal(c clock.WithTicker) clock.WithTicker {
+	if c == nil {
+		return clock.RealClock{}
+	}
+	return c
 }
 
 // Lookup returns what discovery says about gvr, if listproxy caches it.
@@ -310,7 +336,7 @@ func (reg *Registry) dropLocked(k storeKey, e *storeEntry, why string) {
 // dropIdle drops the stores that are not preloaded, not held, and were
 // last used more than IdleTTL ago.
 func (reg *Registry) dropIdle() {
-	cutoff := time.Now().Add(-reg.cfg.IdleTTL)
+	cutoff := reg.clock.Now().Add(-reg.cfg.IdleTTL)
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	for k, e := range reg.stores {
@@ -404,7 +430,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 		indexField = "spec.nodeName"
 	}
 	observe := reg.cfg.StoreMetrics.For(info.GVR.GroupResource().String(), format.String())
-	e := &storeEntry{info: info, started: time.Now()}
+	e := &storeEntry{info: info, started: reg.clock.Now()}
 	e.store = snapshot.NewStore(snapshot.StoreConfig{
 		IndexField:      indexField,
 		History:         reg.cfg.History,
@@ -453,7 +479,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 		Behind:     func(rv uint64, proven time.Time) { reg.checkLag(e, rv, proven) },
 	})
 	go e.feeder.Run(e.ctx)
-	e.lastUsed.Store(time.Now().UnixNano())
+	e.lastUsed.Store(reg.clock.Now().UnixNano())
 	return e
 }
 

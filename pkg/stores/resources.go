@@ -347,25 +347,3 @@ func (r *catalog) aggregatedGroups(ctx context.Context) (map[schema.GroupVersion
 	}
 	return out, nil
 }
-
-// refreshLoop refreshes the registry every interval until ctx is done and
-// calls drop with resources whose stores are stale.
-func (r *catalog) refreshLoop(ctx context.Context, interval time.Duration, drop func([]schema.GroupVersionResource)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		dropped, err := r.refresh(ctx)
-		if err != nil {
-			klog.ErrorS(err, "Refreshing discovery failed; keeping the previous view")
-			continue
-		}
-		if len(dropped) > 0 {
-			drop(dropped)
-		}
-	}
-}

@@ -3,7 +3,6 @@ package stores
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -55,6 +54,7 @@ func NewStatic(ctx context.Context, cfg Config, resources []*Resource, stores ..
 	}
 	reg := &Registry{
 		cfg:     cfg,
+		clock:   clockOrReal(cfg.Clock),
 		client:  client,
 		catalog: &catalog{resources: map[schema.GroupVersionResource]*Resource{}},
 		stores:  map[storeKey]*storeEntry{},
@@ -65,12 +65,12 @@ func NewStatic(ctx context.Context, cfg Config, resources []*Resource, stores ..
 	}
 	for _, s := range stores {
 		reg.catalog.resources[s.Resource.GVR] = s.Resource
-		e := &storeEntry{store: s.Store, info: s.Resource, source: &apiSource{format: s.Format}, started: time.Now()}
+		e := &storeEntry{store: s.Store, info: s.Resource, source: &apiSource{format: s.Format}, started: reg.clock.Now()}
 		e.ctx, e.cancel = context.WithCancel(ctx)
 		e.source.envelope.Store(&s.Envelope)
 		e.prover = freshness.NewProver(e.ctx, freshness.ProverConfig{Store: s.Store, Resource: s.Resource.GVR.GroupResource().String()})
 		e.bytes.Store(s.Bytes)
-		e.lastUsed.Store(time.Now().UnixNano())
+		e.lastUsed.Store(reg.clock.Now().UnixNano())
 		reg.stores[storeKey{gvr: s.Resource.GVR, format: s.Format}] = e
 	}
 	return reg, nil
