@@ -14,7 +14,6 @@ type ListMetrics struct {
 	decisions *prometheus.CounterVec
 	duration  *prometheus.HistogramVec
 	stale     *prometheus.CounterVec
-	refused   *prometheus.CounterVec
 }
 
 // NewListMetrics registers the list metrics with reg.
@@ -34,11 +33,7 @@ func NewListMetrics(reg prometheus.Registerer) (*ListMetrics, error) {
 		Namespace: "listproxy", Subsystem: "lists", Name: "served_stale_total",
 		Help: "LISTs answered from the latest snapshot (resourceVersion=0, or a NotOlderThan already met) while the store's watch was down, so possibly behind the apiserver.",
 	}, []string{"resource"})
-	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "listproxy", Subsystem: "stores", Name: "refused_total",
-		Help: "Requests for which a snapshot store that was not running was not started, by resource and reason (not_authorized: the caller may not list the resource cluster-wide; over_budget: the stores hold --max-store-bytes); they pass through.",
-	}, []string{"resource", "reason"})
-	for _, c := range []prometheus.Collector{m.decisions, m.duration, m.stale, m.refused} {
+	for _, c := range []prometheus.Collector{m.decisions, m.duration, m.stale} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register list metrics: %w", err)
 		}
@@ -62,11 +57,5 @@ func (m *ListMetrics) served(resource string, reason Reason, d time.Duration) {
 func (m *ListMetrics) servedStale(resource string) {
 	if m != nil {
 		m.stale.WithLabelValues(resource).Inc()
-	}
-}
-
-func (m *ListMetrics) storeRefused(resource, reason string) {
-	if m != nil {
-		m.refused.WithLabelValues(resource, reason).Inc()
 	}
 }

@@ -1,10 +1,13 @@
 package app
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
@@ -135,6 +138,29 @@ func TestPeerConfigCredentials(t *testing.T) {
 			}
 			if diff := cmp.Diff(tc.want, credentialsOf(o.peerConfig(upstream))); diff != "" {
 				t.Errorf("peer credentials (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestStartCacheRegistersOnce: the store registry, the LIST server and the
+// watch server register their metrics side by side in one registry
+// without a clash, with and without etcd, and start.
+func TestStartCacheRegistersOnce(t *testing.T) {
+	for _, etcd := range []bool{false, true} {
+		t.Run(fmt.Sprintf("etcd=%v", etcd), func(t *testing.T) {
+			o := newCacheOptions()
+			if etcd {
+				o.EtcdServers = []string{"http://127.0.0.1:1"}
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			c, err := startCache(ctx, &Config{Upstream: &rest.Config{Host: "http://127.0.0.1:1"}, Cache: &o}, prometheus.NewRegistry())
+			if err != nil {
+				t.Fatalf("startCache: %v", err)
+			}
+			if c.stores == nil || c.lists == nil || c.watches == nil {
+				t.Errorf("startCache = %+v, want a registry, a LIST server and a watch server", c)
 			}
 		})
 	}
