@@ -31,13 +31,8 @@ func Run(ctx context.Context, cfg *Config) error {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	for _, c := range []prometheus.Collector{
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
-		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-			return fmt.Errorf("register runtime metrics: %w", err)
-		}
+	if err := registerRuntimeMetrics(reg); err != nil {
+		return err
 	}
 
 	// One review cache for the edge and store admission (stores.go).
@@ -49,26 +44,7 @@ func Run(ctx context.Context, cfg *Config) error {
 	// Snapshots outlive ctx until in-flight requests have drained.
 	cacheCtx, stopCache := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopCache()
-	listServer := cfg.Lists
-	var debug map[string]http.Handler
-	var watches proxy.WatchServer
-	var ready func() error
-	if listServer == nil && cfg.Cache != nil {
-		c, err := startCache(cacheCtx, cfg, reg)
-		if err != nil {
-			return err
-		}
-		listServer = c.lists
-		ready = c.stores.Ready
-		debug = map[string]http.Handler{"consistency": consistency.Handler(c.stores.Consistency())}
-		if c.watches != nil {
-			watches = c.watches
-		}
-	}
-	h, err := proxy.NewHandler(proxy.Config{
-		Upstream: cfg.Upstream, Lists: listServer, Watches: watches, Registry: reg, Auth: cfg.Auth, Debug: debug, Profiling: cfg.Profiling,
-		AcceptHosts: cfg.Origins.AcceptHosts, RejectCrossOrigin: cfg.Origins.RejectCrossOrigin, Ready: ready,
-	})
+	h, err := newEdge(cacheCtx, cfg, reg)
 	if err != nil {
 		return err
 	}
@@ -110,7 +86,51 @@ func Run(ctx context.Context, cfg *Config) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	shutdown(cfg, h, srv, serveErr)
+	return nil
+}
 
+// registerRuntimeMetrics registers the Go runtime's and the process's
+// metrics with reg, unless they are already.
+func registerRuntimeMetrics(reg prometheus.Registerer) error {
+	for _, c := range []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			return fmt.Errorf("register runtime metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// newEdge builds the HTTP edge over cfg.Lists, or, from cfg.Cache, over
+// the store registry and the servers startCache starts under ctx.
+func newEdge(ctx context.Context, cfg *Config, reg *prometheus.Registry) (*proxy.Handler, error) {
+	pcfg := proxy.Config{
+		Upstream: cfg.Upstream, Lists: cfg.Lists, Registry: reg, Auth: cfg.Auth, Profiling: cfg.Profiling,
+		AcceptHosts: cfg.Origins.AcceptHosts, RejectCrossOrigin: cfg.Origins.RejectCrossOrigin,
+	}
+	if cfg.Lists == nil && cfg.Cache != nil {
+		c, err := startCache(ctx, cfg, reg)
+		if err != nil {
+			return nil, err
+		}
+		pcfg.Lists = c.lists
+		pcfg.Ready = c.stores.Ready
+		pcfg.Debug = map[string]http.Handler{"consistency": consistency.Handler(c.stores.Consistency())}
+		if c.watches != nil {
+			pcfg.Watches = c.watches
+		}
+	}
+	return proxy.NewHandler(pcfg)
+}
+
+// shutdown drains the edge: /readyz fails at once; after
+// cfg.ShutdownDelay srv stops accepting connections, watches and upgraded
+// connections end, and other in-flight requests get up to
+// cfg.ShutdownGracePeriod before their connections close.
+func shutdown(cfg *Config, h *proxy.Handler, srv *http.Server, serveErr <-chan error) {
 	klog.InfoS("Shutting down", "delay", cfg.ShutdownDelay, "gracePeriod", cfg.ShutdownGracePeriod)
 	h.Drain()
 	if cfg.ShutdownDelay > 0 {
@@ -133,5 +153,4 @@ func Run(ctx context.Context, cfg *Config) error {
 		klog.ErrorS(err, "Serving ended unexpectedly during shutdown")
 	}
 	klog.InfoS("Shut down")
-	return nil
 }
