@@ -78,24 +78,22 @@ func reject(reason Reason, status *apierrors.StatusError) verdict {
 	return verdict{outcome: outcomeReject, reason: reason, status: status}
 }
 
-// resolve maps a parsed LIST onto the semantics table (docs/design.md
-// "Semantics table"): one case per row. It opens the request's continue
-// token, asks paging.Decide for the row, and finds the snapshot that row
-// serves, proving freshness with the store's freshness.Prover where the row
-// needs it. It writes nothing.
-func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
+// decide opens the request's continue token, if it is listproxy's, and
+// asks paging.Decide for the row of the semantics table. It returns the
+// decision, the token (zero without one) and why it did not open or does
+// not belong to the request, and the digest of the request's selectors
+// that tokens bind.
+func (l *Lists) decide(req listRequest) (d paging.Decision, token paging.Token, openErr error, digest [32]byte) {
 	q := req.query
-	var token paging.Token
-	var openErr error
 	ours := paging.IsListproxyToken(q.continueToken)
-	digest := selectorDigest(q.labelSelector, q.fieldSelector)
+	digest = selectorDigest(q.labelSelector, q.fieldSelector)
 	if ours {
 		token, openErr = l.cfg.Keys.Open(q.continueToken)
 		if openErr == nil {
 			openErr = token.Matches(req.Resource.GVR.Group, req.Resource.GVR.Resource, req.Namespace, digest)
 		}
 	}
-	d := paging.Decide(paging.Request{
+	d = paging.Decide(paging.Request{
 		ResourceVersion:      q.resourceVersion,
 		ResourceVersionMatch: q.resourceVersionMatch,
 		Limit:                q.limit,
@@ -103,6 +101,17 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 		ContinueIsOurs:       ours,
 		ContinueErr:          openErr,
 	})
+	return d, token, openErr, digest
+}
+
+// resolve maps a parsed LIST onto the semantics table (docs/design.md
+// "Semantics table"): one case per row. It opens the request's continue
+// token, asks paging.Decide for the row, and finds the snapshot that row
+// serves, proving freshness with the store's freshness.Prover where the row
+// needs it. It writes nothing.
+func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
+	d, token, openErr, digest := l.decide(req)
+	ours := paging.IsListproxyToken(req.query.continueToken)
 	// Every row below the first two reads the request's store; the
 	// verdict carries its handle, whatever the outcome.
 	var h *stores.Handle
