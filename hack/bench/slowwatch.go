@@ -343,7 +343,7 @@ func writeFile(path, data string) error {
 		return err
 	}
 	if _, err := f.WriteString(data); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()

@@ -80,10 +80,10 @@ func reject(reason Reason, status *apierrors.StatusError) verdict {
 
 // decide opens the request's continue token, if it is listproxy's, and
 // asks paging.Decide for the row of the semantics table. It returns the
-// decision, the token (zero without one) and why it did not open or does
-// not belong to the request, and the digest of the request's selectors
-// that tokens bind.
-func (l *Lists) decide(req listRequest) (d paging.Decision, token paging.Token, openErr error, digest [32]byte) {
+// decision, the token (zero without one), the digest of the request's
+// selectors that tokens bind, and why the token did not open or does not
+// belong to the request.
+func (l *Lists) decide(req listRequest) (d paging.Decision, token paging.Token, digest [32]byte, openErr error) {
 	q := req.query
 	ours := paging.IsListproxyToken(q.continueToken)
 	digest = selectorDigest(q.labelSelector, q.fieldSelector)
@@ -101,7 +101,7 @@ func (l *Lists) decide(req listRequest) (d paging.Decision, token paging.Token, 
 		ContinueIsOurs:       ours,
 		ContinueErr:          openErr,
 	})
-	return d, token, openErr, digest
+	return d, token, digest, openErr
 }
 
 // resolve maps a parsed LIST onto the semantics table (docs/design.md
@@ -110,7 +110,7 @@ func (l *Lists) decide(req listRequest) (d paging.Decision, token paging.Token, 
 // serves, proving freshness with the store's freshness.Prover where the row
 // needs it. It writes nothing.
 func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
-	d, token, openErr, digest := l.decide(req)
+	d, token, digest, openErr := l.decide(req)
 	ours := paging.IsListproxyToken(req.query.continueToken)
 	// Every row below the first two reads the request's store; the
 	// verdict carries its handle, whatever the outcome.

@@ -119,7 +119,7 @@ func fieldsFor(gr schema.GroupResource, custom bool, namespaced bool, crdSelecta
 	return sf
 }
 
-// accepts reports whether listproxy can evaluate every requirement of sel.
+// Accepts reports whether listproxy can evaluate every requirement of sel.
 // metaOnlyData is true when objects are held as PartialObjectMetadata, where
 // only metadata.* fields are known.
 func (sf SelectableFields) Accepts(sel fields.Selector, metaOnlyData bool) bool {

@@ -52,7 +52,7 @@ func TestBookmarkNeverOvertakesEvents(t *testing.T) {
 			decoders := make([]*wire.WatchDecoder, watchers)
 			for i := range decoders {
 				decoders[i] = open(t, ts.URL+query)
-				defer decoders[i].Close()
+				defer func(d *wire.WatchDecoder) { _ = d.Close() }(decoders[i])
 			}
 
 			stop := make(chan struct{})

@@ -159,7 +159,7 @@ func TestNodeWatchersTransition(t *testing.T) {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 		dec := wire.NewWatchDecoder(wire.JSON, resp.Body, wire.WatchOptions{})
-		t.Cleanup(func() { dec.Close() })
+		t.Cleanup(func() { _ = dec.Close() })
 		return dec
 	}
 	a, b := open("node-a"), open("node-b")

@@ -261,7 +261,6 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 		if err := w2.sendInitial(ctx, items, rv); err != nil {
 			reason = w2.endReason(ctx, err)
 		}
-		items = nil
 		wr.limit = time.Time{}
 		slot()
 		slot = nil
@@ -287,12 +286,23 @@ func (s *Server) admitInitial(ctx context.Context, snap *snapshot.Snapshot, t Ta
 	if t.Admit == nil {
 		return selectItems(), func() {}, time.Time{}, nil
 	}
-	var items []*snapshot.Entry
+	// The weight's selection is not held while waiting for room.
+	weight := initialWeight(snap, t, selectItems)
+	release, deadline, rejected := t.Admit(ctx, weight)
+	if rejected != nil {
+		return nil, nil, time.Time{}, rejected
+	}
+	return selectItems(), release, deadline, nil
+}
+
+// initialWeight is the bytes of the objects a watch-list's initial events
+// carry: those selectItems selects when t has selectors; all of snap's,
+// or its namespace's share by the mean object size, when not.
+func initialWeight(snap *snapshot.Snapshot, t Target, selectItems func() []*snapshot.Entry) int64 {
 	var weight int64
 	switch {
 	case t.Match != nil:
-		items = selectItems()
-		for _, e := range items {
+		for _, e := range selectItems() {
 			weight += int64(len(e.Raw))
 		}
 	case t.Namespace == "":
@@ -300,12 +310,7 @@ func (s *Server) admitInitial(ctx context.Context, snap *snapshot.Snapshot, t Ta
 	case snap.Len() > 0:
 		weight = int64(snap.Count(t.Namespace)) * (snap.Bytes() / int64(snap.Len()))
 	}
-	items = nil // not held while waiting for room
-	release, deadline, rejected := t.Admit(ctx, weight)
-	if rejected != nil {
-		return nil, nil, time.Time{}, rejected
-	}
-	return selectItems(), release, deadline, nil
+	return weight
 }
 
 // serveError answers a watch with one ERROR event carrying status, as the

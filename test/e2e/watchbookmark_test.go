@@ -59,7 +59,9 @@ func TestWatchBookmarksDifferential(t *testing.T) {
 	// The control plane runs no endpoint reconciler; an empty resource's
 	// etcd prefix cannot be proven, and its watches from a resourceVersion
 	// pass through.
-	eps := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc"}}
+	// Endpoints, deprecated since 1.33: the apiserver's deprecation
+	// Warning header is compared too.
+	eps := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc"}} //nolint:staticcheck // deprecated on purpose
 	if _, err := cs.CoreV1().Endpoints(ns).Create(ctx, eps, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
