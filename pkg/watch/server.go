@@ -33,7 +33,8 @@ const (
 	DefaultNotOlderThanWait = 3 * time.Second
 )
 
-// Config configures a Server.
+// Config configures a Server. Start from DefaultConfig; NewServer
+// completes a zero field with its default.
 type Config struct {
 	// MinRequestTimeout: a watch without timeoutSeconds ends after a random
 	// time in [MinRequestTimeout, 2*MinRequestTimeout). 0 selects
@@ -115,6 +116,17 @@ type Target struct {
 // Server serves watches from snapshot stores.
 type Server struct {
 	cfg Config
+}
+
+// DefaultConfig returns the watch server's defaults, the apiserver's
+// where it has one; the command's flags start from them.
+func DefaultConfig() Config {
+	return Config{
+		MinRequestTimeout: DefaultMinRequestTimeout,
+		BookmarkInterval:  DefaultBookmarkInterval,
+		WriteTimeout:      DefaultWriteTimeout,
+		NotOlderThanWait:  DefaultNotOlderThanWait,
+	}
 }
 
 // NewServer returns a Server.

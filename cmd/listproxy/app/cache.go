@@ -102,7 +102,7 @@ func newCacheOptions() CacheOptions {
 		// Watch serving passes the watch-list differential and informer
 		// e2e tests (TestWatchDifferential, TestWatchListInformers).
 		ServeWatches:      true,
-		WatchWriteTimeout: watch.DefaultWriteTimeout,
+		WatchWriteTimeout: watch.DefaultConfig().WriteTimeout,
 	}
 }
 
@@ -373,7 +373,9 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*c
 	if err != nil {
 		return nil, err
 	}
-	srv := watch.NewServer(watch.Config{Metrics: watchMetrics, WriteTimeout: o.WatchWriteTimeout})
+	wcfg := watch.DefaultConfig()
+	wcfg.Metrics, wcfg.WriteTimeout = watchMetrics, o.WatchWriteTimeout
+	srv := watch.NewServer(wcfg)
 	c.watches = watch.NewHandler(srv, registry, l.AdmitWatchList)
 	return c, nil
 }
