@@ -135,34 +135,7 @@ func (r *catalog) refresh(ctx context.Context) ([]schema.GroupVersionResource, e
 	}
 	major, minor := releaseOf(info)
 	features := r.readFeatures(ctx, info, major, minor)
-	next := map[schema.GroupVersionResource]*Resource{}
-	for _, list := range lists {
-		gv, err := schema.ParseGroupVersion(list.GroupVersion)
-		if err != nil {
-			continue
-		}
-		for _, res := range list.APIResources {
-			if strings.Contains(res.Name, "/") || !slices.Contains(res.Verbs, "list") || !slices.Contains(res.Verbs, "watch") {
-				continue
-			}
-			gvr := gv.WithResource(res.Name)
-			if !r.filter.Allows(gvr.GroupResource()) {
-				continue
-			}
-			info := &Resource{GVR: gvr, Kind: res.Kind, Namespaced: res.Namespaced}
-			crd, custom := crds[gvr]
-			info.Custom = custom
-			info.Aggregated = !custom && aggregated[gvr.GroupVersion()]
-			if custom {
-				info.Warnings = crd.warnings
-			} else {
-				info.Warnings = builtinDeprecation(gv.WithKind(res.Kind), major, minor)
-			}
-			info.Fields = fieldsFor(gvr.GroupResource(), custom, res.Namespaced, crd.selectable)
-			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable, info.Aggregated)
-			next[gvr] = info
-		}
-	}
+	next := r.cacheable(lists, crds, aggregated, major, minor)
 	preferredGV := map[string]string{}
 	for _, g := range groups {
 		if g != nil {
@@ -193,6 +166,42 @@ func (r *catalog) refresh(ctx context.Context) ([]schema.GroupVersionResource, e
 	r.preferredGV = preferredGV
 	r.mu.Unlock()
 	return dropped, nil
+}
+
+// cacheable describes the resources of discovery's lists that listproxy
+// caches: list and watch verbs, no subresource, allowed by the filter;
+// crds are the custom resources, aggregated the group versions another
+// server serves, major.minor the apiserver's release.
+func (r *catalog) cacheable(lists []*metav1.APIResourceList, crds map[schema.GroupVersionResource]crdVersion, aggregated map[schema.GroupVersion]bool, major, minor int) map[schema.GroupVersionResource]*Resource {
+	next := map[schema.GroupVersionResource]*Resource{}
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, res := range list.APIResources {
+			if strings.Contains(res.Name, "/") || !slices.Contains(res.Verbs, "list") || !slices.Contains(res.Verbs, "watch") {
+				continue
+			}
+			gvr := gv.WithResource(res.Name)
+			if !r.filter.Allows(gvr.GroupResource()) {
+				continue
+			}
+			info := &Resource{GVR: gvr, Kind: res.Kind, Namespaced: res.Namespaced}
+			crd, custom := crds[gvr]
+			info.Custom = custom
+			info.Aggregated = !custom && aggregated[gvr.GroupVersion()]
+			if custom {
+				info.Warnings = crd.warnings
+			} else {
+				info.Warnings = builtinDeprecation(gv.WithKind(res.Kind), major, minor)
+			}
+			info.Fields = fieldsFor(gvr.GroupResource(), custom, res.Namespaced, crd.selectable)
+			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable, info.Aggregated)
+			next[gvr] = info
+		}
+	}
+	return next
 }
 
 type crdVersion struct {
