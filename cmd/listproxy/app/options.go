@@ -1,7 +1,9 @@
 // Package app is the listproxy command: flags, their validation, and Run,
-// which builds the servers (pkg/lists, pkg/consistency, pkg/freshness) and
-// the edge (pkg/proxy) in front of them. It is the top of the import graph:
-// no pkg/ package imports it; only test/ runs it in process.
+// which builds the store registry (pkg/stores, with pkg/freshness and
+// pkg/consistency), the LIST and watch servers over it (pkg/lists,
+// pkg/watch) and the edge (pkg/proxy) in front of them. It is the top of
+// the import graph: no pkg/ package imports it; only test/ runs it in
+// process.
 package app
 
 import (
