@@ -45,6 +45,15 @@ type Request struct {
 	Gzip bool
 }
 
+// ResourceName names the request's resource as metrics do
+// (resource.group); "" when the path named no cached resource.
+func (r Request) ResourceName() string {
+	if r.Resource == nil {
+		return ""
+	}
+	return r.Resource.GVR.GroupResource().String()
+}
+
 // Match reports whether the request's selectors select e.
 func (r Request) Match(e *snapshot.Entry) bool {
 	return r.Labels.Matches(e.Labels) && r.Fields.Matches(e.Fields)

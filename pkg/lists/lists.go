@@ -141,7 +141,7 @@ func (l *Lists) ServeList(w http.ResponseWriter, r *http.Request) bool {
 		l.TranslateContinue(r)
 		return false
 	}
-	resource := req.Resource.GVR.GroupResource().String()
+	resource := req.ResourceName()
 	httpapi.SetAPIServerHeaders(w.Header(), r, req.Resource.Warnings)
 	served, reason := l.serve(w, r, req)
 	if !served && req.peer {
@@ -214,7 +214,7 @@ func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest,
 	}
 	if (d.Action == paging.ServeLatest || d.Action == paging.ServeNotOlderThan) && !h.Watching() {
 		// Latest data, but the store is not following the apiserver now.
-		l.cfg.Metrics.servedStale(req.Resource.GVR.GroupResource().String())
+		l.cfg.Metrics.servedStale(req.ResourceName())
 	}
 	l.write(slot.writer(w), r, req.Format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, !req.Selective)
 	return true, v.reason

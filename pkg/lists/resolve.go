@@ -111,7 +111,6 @@ func (l *Lists) decide(req listRequest) (d paging.Decision, token paging.Token, 
 // needs it. It writes nothing.
 func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 	d, token, digest, openErr := l.decide(req)
-	ours := paging.IsListproxyToken(req.query.continueToken)
 	// Every row below the first two reads the request's store; the
 	// verdict carries its handle, whatever the outcome.
 	var h *stores.Handle
@@ -144,7 +143,7 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 	case paging.Reject:
 		// Invalid options or token with our continue token, which the
 		// apiserver cannot read: its answer, given by listproxy.
-		if ours && openErr != nil {
+		if openErr != nil { // a token of ours that did not open or belong here
 			l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueInvalid)
 		}
 		var status *apierrors.StatusError

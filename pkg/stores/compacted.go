@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// compacted reports whether etcd has compacted revision rv.
-func (reg *Registry) compacted(ctx context.Context, rv uint64) bool {
+// Compacted reports whether etcd has compacted revision rv; false without
+// etcd.
+func (reg *Registry) Compacted(ctx context.Context, rv uint64) bool {
 	if reg.cfg.Freshness == nil {
 		return false
 	}

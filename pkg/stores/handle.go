@@ -70,6 +70,3 @@ func (h *Handle) StateAt(ctx context.Context, rv uint64) (*snapshot.Snapshot, er
 	}
 	return snap, err
 }
-
-// Compacted reports whether etcd has compacted revision rv.
-func (reg *Registry) Compacted(ctx context.Context, rv uint64) bool { return reg.compacted(ctx, rv) }

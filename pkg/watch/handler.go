@@ -41,24 +41,20 @@ func NewHandler(srv *Server, reg *stores.Registry, admit func(ctx context.Contex
 }
 
 // parse decides, without side effects, whether r is a watch a store could
-// serve; when not, reason says why and resource names the resource when
-// known.
-func (h *Handler) parse(r *http.Request) (d Decision, req collection.Request, resource, reason string, ok bool) {
+// serve; when not, reason says why (and req.Resource is set when known).
+func (h *Handler) parse(r *http.Request) (d Decision, req collection.Request, reason string, ok bool) {
 	d = Decide(r.URL.RawQuery)
 	if d.Action == PassThrough {
-		return d, req, "", d.Reason, false
+		return d, req, d.Reason, false
 	}
 	req, reason, ok = collection.Parse(r, h.stores, collection.Watch, d.LabelSelector, d.FieldSelector)
-	if req.Resource != nil {
-		resource = req.Resource.GVR.GroupResource().String()
-	}
-	return d, req, resource, reason, ok
+	return d, req, reason, ok
 }
 
 // Cacheable reports, without side effects, whether r is a watch listproxy
 // could serve (in service mode, only those are authorized by listproxy).
 func (h *Handler) Cacheable(r *http.Request) bool {
-	_, _, _, _, ok := h.parse(r)
+	_, _, _, ok := h.parse(r)
 	return ok
 }
 
@@ -67,7 +63,8 @@ func (h *Handler) Cacheable(r *http.Request) bool {
 func (h *Handler) PassedThrough(r *http.Request, reason string) {
 	resource := ""
 	if reason == "" {
-		_, _, resource, reason, _ = h.parse(r)
+		_, req, why, _ := h.parse(r)
+		resource, reason = req.ResourceName(), why
 	}
 	h.srv.PassedThrough(resource, reason)
 }
@@ -76,7 +73,8 @@ func (h *Handler) PassedThrough(r *http.Request, reason string) {
 // written nothing, in which case r must pass through. The store is
 // started on first demand if admitted, and held until the watch ends.
 func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
-	d, req, resource, reason, ok := h.parse(r)
+	d, req, reason, ok := h.parse(r)
+	resource := req.ResourceName()
 	if !ok {
 		h.srv.PassedThrough(resource, reason)
 		return false
@@ -109,7 +107,7 @@ func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
 func (h *Handler) target(req collection.Request, handle *stores.Handle) Target {
 	res := req.Resource
 	t := Target{
-		Resource:          res.GVR.GroupResource().String(),
+		Resource:          req.ResourceName(),
 		Format:            req.Format,
 		Type:              wire.ObjectType{GVK: res.GVR.GroupVersion().WithKind(res.Kind), Custom: res.Custom},
 		Store:             handle.Store(),
