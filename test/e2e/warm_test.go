@@ -50,14 +50,16 @@ func TestWarmStartFromPeer(t *testing.T) {
 	}
 
 	// Writes go on while replica 1 restarts: the changes between the peer's
-	// list and the apiserver watch must reach it.
+	// list and the apiserver watch must reach it. Stopping them lets the
+	// write in flight finish (under ctx): a patch cancelled on the client
+	// side may still be committed after the apiserver's state is read.
 	writeCtx, stopWrites := context.WithCancel(ctx)
 	var writes sync.WaitGroup
 	writes.Go(func() {
 		for v := 1; writeCtx.Err() == nil; v++ {
 			patch := fmt.Sprintf(`{"data":{"v":"%d"}}`, v)
 			name := fmt.Sprintf("warm-%03d", v%objects)
-			if _, err := cs.CoreV1().ConfigMaps(ns).Patch(writeCtx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && writeCtx.Err() == nil {
+			if _, err := cs.CoreV1().ConfigMaps(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 				t.Errorf("patch %s: %v", name, err)
 				return
 			}
