@@ -9,6 +9,7 @@ import (
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -29,6 +30,10 @@ const (
 	ReasonResource  = "resource"   // not a cached resource
 	ReasonMediaType = "media_type" // a representation listproxy does not store
 	ReasonSelector  = "selector"   // a selector listproxy cannot evaluate
+	// ReasonIncludeObject: a Table asking for whole objects
+	// (includeObject=Object), which a Table store does not hold, or for
+	// an includeObject the apiserver rejects.
+	ReasonIncludeObject = "include_object"
 )
 
 // Request is a LIST or WATCH of a cached resource's collection, in a
@@ -43,6 +48,16 @@ type Request struct {
 	Selective bool
 	// Gzip: the client accepts a gzip-encoded response.
 	Gzip bool
+	// Table is set for format Table.
+	Table TableOptions
+}
+
+// TableOptions are what a Table request asks of its rows.
+type TableOptions struct {
+	// GroupVersion is the Table's meta.k8s.io version: "v1" or "v1beta1".
+	GroupVersion string
+	// Include is the rows' object (includeObject).
+	Include table.IncludeObject
 }
 
 // ResourceName names the request's resource as metrics do
@@ -79,20 +94,49 @@ func Parse(r *http.Request, reg *stores.Registry, verb Verb, labelSelector, fiel
 	if path.Namespace != "" && !res.Namespaced {
 		return req, ReasonPath, false
 	}
-	if req.Format, ok = negotiate(r, res.Custom, verb == Watch); !ok {
+	if req.Format, req.Table.GroupVersion, ok = negotiateTable(r, res.Custom, verb == Watch); !ok {
 		return req, ReasonMediaType, false
+	}
+	if req.Format == wire.Table {
+		// Table watches pass through.
+		if !res.TableServed || verb == Watch {
+			return req, ReasonMediaType, false
+		}
+		if req.Table.Include, ok = includeObject(r); !ok {
+			return req, ReasonIncludeObject, false
+		}
 	}
 	var err error
 	if req.Labels, err = labels.Parse(labelSelector); err != nil {
 		return req, ReasonSelector, false
 	}
 	req.Fields, err = fields.ParseSelector(fieldSelector)
-	if err != nil || !res.Fields.Accepts(req.Fields, req.Format.IsMeta()) {
+	if err != nil || !res.Fields.Accepts(req.Fields, !stores.FieldsFromObject(res, req.Format)) {
 		return req, ReasonSelector, false
 	}
 	req.Selective = !req.Labels.Empty() || !req.Fields.Empty()
 	req.Gzip = AcceptsGzip(r)
 	return req, "", true
+}
+
+// includeObject reads a Table request's includeObject: unset or Metadata,
+// or None. Object, any other value and a repeated parameter are not
+// served (the apiserver answers them).
+func includeObject(r *http.Request) (table.IncludeObject, bool) {
+	values := r.URL.Query()["includeObject"]
+	if len(values) == 0 {
+		return table.IncludeMetadata, true
+	}
+	if len(values) > 1 {
+		return 0, false
+	}
+	switch values[0] {
+	case "", "Metadata":
+		return table.IncludeMetadata, true
+	case "None":
+		return table.IncludeNone, true
+	}
+	return 0, false
 }
 
 // AcceptsGzip reports whether r's Accept-Encoding lists gzip.

@@ -62,44 +62,60 @@ func (listRestrictions) AllowsStreamSchema(s string) bool        { return s == "
 // form is PartialObjectMetadata (singular), a LIST's
 // PartialObjectMetadataList, and only a WATCH may ask for ";stream=watch".
 func negotiate(r *http.Request, custom, watch bool) (wire.Format, bool) {
+	f, _, ok := negotiateTable(r, custom, watch)
+	return f, ok
+}
+
+// negotiateTable is negotiate, and for a Table (JSON only) also the
+// meta.k8s.io version asked for ("v1" or "v1beta1").
+func negotiateTable(r *http.Request, custom, watch bool) (wire.Format, string, bool) {
 	restrictions := listRestrictions{standard: builtinMedia}
 	if custom {
 		restrictions.standard = customMedia
 	}
 	options, ok := negotiation.NegotiateMediaTypeOptions(r.Header.Get("Accept"), builtinMedia, restrictions)
 	if !ok || options.UseServerVersion != "" || options.Export || options.Profile != "" {
-		return 0, false
+		return 0, "", false
 	}
 	if options.Stream != "" && (!watch || options.Stream != "watch") {
-		return 0, false
+		return 0, "", false
 	}
 	metaKind := "PartialObjectMetadataList"
 	if watch {
 		metaKind = "PartialObjectMetadata"
 	}
-	meta := false
+	meta, tableVersion := false, ""
 	if c := options.Convert; c != nil {
-		if *c != (schema.GroupVersionKind{Group: "meta.k8s.io", Version: "v1", Kind: metaKind}) {
-			return 0, false
+		switch {
+		case *c == (schema.GroupVersionKind{Group: "meta.k8s.io", Version: "v1", Kind: metaKind}):
+			meta = true
+		case c.Group == "meta.k8s.io" && c.Kind == "Table" && (c.Version == "v1" || c.Version == "v1beta1"):
+			tableVersion = c.Version
+		default:
+			return 0, "", false
 		}
-		meta = true
 	}
 	switch options.Accepted.MediaType {
 	case mediaJSON.MediaType:
-		if options.Pretty || prettyByRequest(r) {
-			return 0, false
+		switch {
+		case options.Pretty || prettyByRequest(r):
+			return 0, "", false
+		case meta:
+			return wire.MetaJSON, "", true
+		case tableVersion != "":
+			return wire.Table, tableVersion, true
 		}
-		if meta {
-			return wire.MetaJSON, true
-		}
-		return wire.JSON, true
+		return wire.JSON, "", true
 	case mediaProtobuf.MediaType:
-		if meta {
-			return wire.MetaProtobuf, true
+		if tableVersion != "" {
+			return 0, "", false
 		}
-		return wire.Protobuf, true
+		if meta {
+			return wire.MetaProtobuf, "", true
+		}
+		return wire.Protobuf, "", true
 	}
-	return 0, false
+	return 0, "", false
 }
 
 // prettyByRequest mirrors the apiserver's pretty-printing rule for JSON: a

@@ -54,7 +54,7 @@ func FuzzParseListQuery(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		q, ok := parseListQuery(raw)
+		q, ok := parseListQuery(raw, false)
 		if !ok {
 			if q != (listQuery{}) {
 				t.Fatalf("parseListQuery(%q) refused but returned %+v", raw, q)
@@ -87,7 +87,7 @@ func FuzzParseListQuery(f *testing.F) {
 		if diff := cmp.Diff(want, q, cmp.AllowUnexported(listQuery{})); diff != "" {
 			t.Fatalf("parseListQuery(%q) (-want +got):\n%s", raw, diff)
 		}
-		again, ok := parseListQuery(encodeListQuery(q))
+		again, ok := parseListQuery(encodeListQuery(q), false)
 		if !ok {
 			t.Fatalf("parseListQuery(%q) = %+v, whose encoding %q is refused", raw, q, encodeListQuery(q))
 		}

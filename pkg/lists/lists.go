@@ -118,7 +118,7 @@ func (l *Lists) parse(r *http.Request) (listRequest, Reason, bool) {
 	if !ok {
 		return listRequest{}, Reason(reason), false
 	}
-	q, ok := parseListQuery(r.URL.RawQuery)
+	q, ok := parseListQuery(r.URL.RawQuery, col.Format == wire.Table)
 	if !ok {
 		return listRequest{}, ReasonQuery, false
 	}
@@ -215,6 +215,9 @@ func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest,
 	if (d.Action == paging.ServeLatest || d.Action == paging.ServeNotOlderThan) && !h.Watching() {
 		// Latest data, but the store is not following the apiserver now.
 		l.cfg.Metrics.servedStale(req.ResourceName())
+	}
+	if req.Format == wire.Table {
+		return l.respondTable(slot.writer(w), r, req, h, meta, page.Items, v.reason)
 	}
 	l.write(slot.writer(w), r, req.Format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, !req.Selective)
 	return true, v.reason

@@ -18,8 +18,9 @@ type listQuery struct {
 // parseListQuery accepts only the query parameters listproxy fully
 // understands, each at most once. Anything else — an unknown parameter,
 // watch=true, a malformed limit — is the apiserver's to answer, and ok is
-// false.
-func parseListQuery(rawQuery string) (q listQuery, ok bool) {
+// false. includeObject is accepted for a Table (collection.Parse reads
+// it).
+func parseListQuery(rawQuery string, isTable bool) (q listQuery, ok bool) {
 	values, err := url.ParseQuery(rawQuery)
 	if err != nil {
 		return listQuery{}, false
@@ -49,6 +50,10 @@ func parseListQuery(rawQuery string) (q listQuery, ok bool) {
 		case "timeoutSeconds":
 			// Bounds the apiserver's work; listproxy answers well within it.
 			if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
+				return listQuery{}, false
+			}
+		case "includeObject":
+			if !isTable {
 				return listQuery{}, false
 			}
 		case "watch":

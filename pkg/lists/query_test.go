@@ -29,7 +29,7 @@ func TestParseListQuery(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.query, func(t *testing.T) {
-			got, ok := parseListQuery(tc.query)
+			got, ok := parseListQuery(tc.query, false)
 			if ok != tc.wantOK {
 				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)
 			}

@@ -41,6 +41,10 @@ type Entry struct {
 	// It is read only: once packed (see pack.go) its capacity reaches over
 	// the entries packed after it, which an append would overwrite.
 	Raw []byte
+	// Extra is what the store's extractor derived from Raw for the
+	// servers besides labels and fields (where a Table row's clock cells
+	// lie); nil for most representations. Opaque to the store.
+	Extra any
 	// gzip holds the item compressed for gzip responses once one needed it
 	// (see Gzip); the only part of an Entry that changes after insertion.
 	gzip gzipCache

@@ -12,6 +12,14 @@ import (
 // snapshot entries: metadata and selectable field values are read once, the
 // bytes are kept as they are.
 func newExtractor(info *Resource, format wire.Format) snapshot.Extractor {
+	entryOf := newEntryMaker(info, format)
+	return func(raw []byte) (*snapshot.Entry, error) { return entryOf(raw, raw) }
+}
+
+// newEntryMaker returns how an entry storing stored is made from object,
+// one of the resource's objects in format: its metadata and selectable
+// field values are read from object.
+func newEntryMaker(info *Resource, format wire.Format) func(object, stored []byte) (*snapshot.Entry, error) {
 	var specs []fieldSpec
 	var paths []wire.FieldPath
 	if !format.IsMeta() {
@@ -31,7 +39,7 @@ func newExtractor(info *Resource, format wire.Format) snapshot.Extractor {
 	}
 	fieldNames := snapshot.NewFieldNames(names...)
 	gvk := info.GVR.GroupVersion().WithKind(info.Kind)
-	return func(raw []byte) (*snapshot.Entry, error) {
+	return func(raw, stored []byte) (*snapshot.Entry, error) {
 		m, err := wire.ExtractMeta(format, raw)
 		if err != nil {
 			return nil, err
@@ -51,7 +59,7 @@ func newExtractor(info *Resource, format wire.Format) snapshot.Extractor {
 				values[i] = fieldValue(s, found)
 			}
 		}
-		return snapshot.NewEntry(m.Namespace, m.Name, rv, m.Labels, fieldNames, values, raw), nil
+		return snapshot.NewEntry(m.Namespace, m.Name, rv, m.Labels, fieldNames, values, stored), nil
 	}
 }
 

@@ -3,6 +3,8 @@ package stores
 import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/listproxy/listproxy/pkg/wire"
 )
 
 // fieldKind says how the apiserver renders a selectable field's value.
@@ -130,6 +132,20 @@ func (sf SelectableFields) Accepts(sel fields.Selector, metaOnlyData bool) bool 
 		if metaOnlyData && req.Field != "metadata.name" && req.Field != "metadata.namespace" {
 			return false
 		}
+	}
+	return true
+}
+
+// FieldsFromObject reports whether a store of info in format reads every
+// selectable field from its objects; a store of PartialObjectMetadata (or
+// of Table rows fed with it) answers only metadata.name and
+// metadata.namespace.
+func FieldsFromObject(info *Resource, format wire.Format) bool {
+	switch format {
+	case wire.MetaJSON, wire.MetaProtobuf:
+		return false
+	case wire.Table:
+		return info.Table.Object
 	}
 	return true
 }

@@ -25,6 +25,9 @@ type Handle struct {
 // peer's list is served from a running store or declined).
 func (reg *Registry) Acquire(ctx context.Context, res *Resource, format wire.Format, existingOnly bool) (h *Handle, reason string, ok bool) {
 	var e *storeEntry
+	if format == wire.Table && reg.tablesRefused(res.GVR) {
+		return nil, ReasonTableRefused, false
+	}
 	if existingOnly {
 		if e = reg.existingStore(res, format); e == nil {
 			return nil, ReasonNotStarted, false

@@ -70,7 +70,7 @@ func ParsePreload(names []string) ([]Preload, error) {
 				}
 			}
 			if !found {
-				errs = append(errs, fmt.Errorf("%q: unknown format %q (want json, protobuf, meta-json or meta-protobuf)", name, formatName))
+				errs = append(errs, fmt.Errorf("%q: unknown format %q (want json, protobuf, meta-json, meta-protobuf or table)", name, formatName))
 				continue
 			}
 		}

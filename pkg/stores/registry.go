@@ -150,6 +150,9 @@ type Registry struct {
 	stores map[storeKey]*storeEntry // guarded by mu
 
 	preload preloadState
+	// tableRefused holds until when a resource's Tables are refused
+	// (table.go); guarded by mu.
+	tableRefused map[schema.GroupVersionResource]time.Time
 
 	consistency *consistency.Checker // compares the stores with the apiserver
 }
@@ -204,11 +207,12 @@ func New(cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	reg := &Registry{
-		cfg:     cfg,
-		clock:   clockOrReal(cfg.Clock),
-		client:  client,
-		catalog: &catalog{discovery: disc, dynamic: dyn, filter: cfg.Resources},
-		stores:  map[storeKey]*storeEntry{},
+		cfg:          cfg,
+		clock:        clockOrReal(cfg.Clock),
+		client:       client,
+		catalog:      &catalog{discovery: disc, dynamic: dyn, filter: cfg.Resources},
+		stores:       map[storeKey]*storeEntry{},
+		tableRefused: map[schema.GroupVersionResource]time.Time{},
 	}
 	if cfg.Peer != nil {
 		// A peer's client that cannot be built (its CA file is missing)
@@ -426,7 +430,7 @@ func (reg *Registry) storeFor(ctx context.Context, info *Resource, format wire.F
 // prover, and starts the feeder under reg.ctx.
 func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEntry {
 	indexField := ""
-	if info.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && !format.IsMeta() {
+	if info.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && FieldsFromObject(info, format) {
 		indexField = "spec.nodeName"
 	}
 	observe := reg.cfg.StoreMetrics.For(info.GVR.GroupResource().String(), format.String())
@@ -445,9 +449,16 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 		Pack: func(items [][]byte) [][]byte { return wire.PackItems(format, items) },
 	})
 	e.source = &apiSource{client: reg.client, host: strings.TrimSuffix(reg.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
+	extract := newExtractor(info, format)
+	if format == wire.Table {
+		e.source.table = &tableFeed{rules: info.Table}
+		extract = newTableExtractor(info, e.source.table, reg.clock.Now, func(err error) { reg.refuseTables(info, err) })
+	}
 	e.ctx, e.cancel = context.WithCancel(reg.ctx)
 	var warm snapshot.Lister
-	if reg.peerClient != nil {
+	if reg.peerClient != nil && format != wire.Table {
+		// A peer renders a Table's clock cells for its own instant; its
+		// rows are not the apiserver's.
 		warm = peerSource{main: e.source, peer: &apiSource{client: reg.peerClient, host: reg.peerHost, path: e.source.path, format: format, custom: info.Custom, peer: true}}
 	}
 	e.feeder = snapshot.NewFeeder(snapshot.FeederConfig{
@@ -455,7 +466,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 		Source:         e.source,
 		Warm:           warm,
 		OnWarm:         observe.OnWarm,
-		Extract:        newExtractor(info, format),
+		Extract:        extract,
 		Name:           info.GVR.String() + "/" + format.String(),
 		OnRelist:       observe.OnRelist,
 		OnWatchRestart: observe.OnWatchRestart,

@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	clientscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
+
+	"github.com/listproxy/listproxy/pkg/table"
 )
 
 // Resource is what discovery says about one cacheable resource version.
@@ -36,6 +38,12 @@ type Resource struct {
 	// built-in API deprecated in the apiserver's release).
 	Warnings []string
 	Fields   SelectableFields
+	// Table is how the resource's Table rows are served on the
+	// apiserver's release; TableServed is false when they pass through
+	// (an unknown release or resource, a page rule, a custom resource's
+	// date column outside .metadata).
+	Table       table.Rules
+	TableServed bool
 	// fingerprint changes when anything that shapes stored entries changes
 	// (a CRD recreated or its selectable fields edited); stores built for an
 	// older fingerprint are dropped.
@@ -197,7 +205,13 @@ func (r *catalog) cacheable(lists []*metav1.APIResourceList, crds map[schema.Gro
 				info.Warnings = builtinDeprecation(gv.WithKind(res.Kind), major, minor)
 			}
 			info.Fields = fieldsFor(gvr.GroupResource(), custom, res.Namespaced, crd.selectable)
-			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable, info.Aggregated)
+			switch {
+			case custom:
+				info.Table, info.TableServed = table.ForCustom(crd.columns)
+			case major == 1 && !info.Aggregated:
+				info.Table, info.TableServed = table.For(minor, gvr.GroupResource())
+			}
+			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v/%v/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable, info.Aggregated, crd.columns)
 			next[gvr] = info
 		}
 	}
@@ -207,6 +221,8 @@ func (r *catalog) cacheable(lists []*metav1.APIResourceList, crds map[schema.Gro
 type crdVersion struct {
 	uid        string
 	selectable []string
+	// columns are the version's additionalPrinterColumns.
+	columns []table.Column
 	// warnings is the deprecation warning of a deprecated version.
 	warnings []string
 }
@@ -234,6 +250,9 @@ func (r *catalog) customResources(ctx context.Context) (map[schema.GroupVersionR
 			}
 			for _, f := range v.SelectableFields {
 				cv.selectable = append(cv.selectable, strings.TrimPrefix(f.JSONPath, "."))
+			}
+			for _, c := range v.AdditionalPrinterColumns {
+				cv.columns = append(cv.columns, table.Column{Type: c.Type, JSONPath: c.JSONPath})
 			}
 			out[schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}] = cv
 		}

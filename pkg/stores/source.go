@@ -31,6 +31,8 @@ type apiSource struct {
 	// peer marks its requests as a peer's list (httpapi.HeaderPeerList).
 	peer     bool
 	envelope atomic.Pointer[wire.ListEnvelope] // of the last list, for responses
+	// table is the Table state of a source of format Table, else nil.
+	table *tableFeed
 }
 
 var _ snapshot.Source = (*apiSource)(nil)
@@ -94,17 +96,27 @@ func (s *apiSource) List(ctx context.Context, limit int64, continueToken string,
 	if continueToken != "" {
 		q.Set("continue", continueToken)
 	}
-	resp, err := s.do(ctx, q, s.format.ListAccept())
-	if err != nil {
-		return snapshot.ListResult{}, err
+	var env wire.ListEnvelope
+	var err error
+	if s.table != nil {
+		env, err = s.listTable(ctx, q, continueToken, item)
+	} else {
+		env, err = s.list(ctx, q, item)
 	}
-	defer resp.Body.Close()
-	env, err := wire.DecodeList(s.format, resp.Body, item)
 	if err != nil {
 		return snapshot.ListResult{}, err
 	}
 	s.envelope.Store(&env)
 	return snapshot.ListResult{ResourceVersion: env.ListMeta.ResourceVersion, Continue: env.ListMeta.Continue}, nil
+}
+
+func (s *apiSource) list(ctx context.Context, q url.Values, item func(raw []byte) error) (wire.ListEnvelope, error) {
+	resp, err := s.do(ctx, q, s.format.ListAccept())
+	if err != nil {
+		return wire.ListEnvelope{}, err
+	}
+	defer resp.Body.Close()
+	return wire.DecodeList(s.format, resp.Body, item)
 }
 
 func (s *apiSource) Watch(ctx context.Context, rv string) (snapshot.Watch, error) {
@@ -116,13 +128,19 @@ func (s *apiSource) Watch(ctx context.Context, rv string) (snapshot.Watch, error
 		// 5 and 10 minutes so that apiserver load spreads.
 		"timeoutSeconds": {strconv.Itoa(300 + rand.IntN(300))},
 	}
+	if s.table != nil {
+		q.Set("includeObject", s.table.includeObject())
+	}
 	// The body is handed to the decoder, which the caller closes through
 	// watchAdapter.Close; bodyclose cannot follow it there.
 	resp, err := s.do(ctx, q, s.format.WatchAccept()) //nolint:bodyclose // closed by watchAdapter.Close
 	if err != nil {
 		return nil, err
 	}
-	dec := wire.NewWatchDecoder(s.format, resp.Body, wire.WatchOptions{StripTypeMeta: !s.custom && !s.format.IsMeta()})
+	dec := wire.NewWatchDecoder(s.format, resp.Body, wire.WatchOptions{StripTypeMeta: !s.custom && !s.format.IsMeta() && s.format != wire.Table})
+	if s.table != nil {
+		return tableWatch{watchAdapter: watchAdapter{dec}, table: s.table}, nil
+	}
 	return watchAdapter{dec}, nil
 }
 

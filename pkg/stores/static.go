@@ -3,6 +3,7 @@ package stores
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
@@ -53,12 +54,13 @@ func NewStatic(ctx context.Context, cfg Config, resources []*Resource, stores ..
 		return nil, err
 	}
 	reg := &Registry{
-		cfg:     cfg,
-		clock:   clockOrReal(cfg.Clock),
-		client:  client,
-		catalog: &catalog{resources: map[schema.GroupVersionResource]*Resource{}},
-		stores:  map[storeKey]*storeEntry{},
-		ctx:     running,
+		cfg:          cfg,
+		clock:        clockOrReal(cfg.Clock),
+		client:       client,
+		catalog:      &catalog{resources: map[schema.GroupVersionResource]*Resource{}},
+		stores:       map[storeKey]*storeEntry{},
+		tableRefused: map[schema.GroupVersionResource]time.Time{},
+		ctx:          running,
 	}
 	for _, res := range resources {
 		reg.catalog.resources[res.GVR] = res

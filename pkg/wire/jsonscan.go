@@ -434,3 +434,40 @@ func unexpectedEOF(err error) error {
 	}
 	return err
 }
+
+// eachElement calls fn for each element of the JSON array b (exactly one
+// array) with the element's raw value.
+func eachElement(b []byte, fn func(value []byte) error) error {
+	i := skipSpace(b, 0)
+	if i == len(b) || b[i] != '[' {
+		return malformed("expected JSON array")
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == ']' {
+		return nil
+	}
+	for {
+		if i == len(b) {
+			return malformed("unterminated array")
+		}
+		ve, err := valueEnd(b, i)
+		if err != nil {
+			return err
+		}
+		if err := fn(b[i:ve]); err != nil {
+			return err
+		}
+		i = skipSpace(b, ve)
+		if i == len(b) {
+			return malformed("unterminated array")
+		}
+		switch b[i] {
+		case ']':
+			return nil
+		case ',':
+			i = skipSpace(b, i+1)
+		default:
+			return malformed("expected ',' or ']' in array")
+		}
+	}
+}

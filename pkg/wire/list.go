@@ -21,6 +21,11 @@ type ListEnvelope struct {
 	// with format JSON.
 	Unstructured bool
 	ListMeta     ListMeta
+	// Columns is a Table's columnDefinitions as sent; format Table only.
+	Columns []byte
+	// NullRows: a Table's rows were null, not [] (the apiserver's generic
+	// table convertor writes an empty Table so); format Table only.
+	NullRows bool
 }
 
 // DecodeList reads a LIST response body in format f, calls item with the
@@ -39,8 +44,8 @@ type ListEnvelope struct {
 // "metadata", a typed list the reverse.
 func DecodeList(f Format, body io.Reader, item func(raw []byte) error) (ListEnvelope, error) {
 	switch f {
-	case JSON, MetaJSON:
-		return decodeJSONList(f, body, item)
+	case JSON, MetaJSON, Table:
+		return decodeJSONList(f, body, item, nil)
 	case Protobuf, MetaProtobuf:
 		b, err := io.ReadAll(body)
 		if err != nil {
@@ -59,7 +64,15 @@ type jsonListMeta struct {
 	ShardInfo          json.RawMessage `json:"shardInfo"`
 }
 
-func decodeJSONList(f Format, body io.Reader, item func([]byte) error) (ListEnvelope, error) {
+// DecodeTable reads a Table LIST response body (format Table) as
+// DecodeList does, calling row with each row's bytes; columns, when not
+// nil, is called with the columnDefinitions before the first row (the
+// apiserver writes them first) and may stop the decoding with an error.
+func DecodeTable(body io.Reader, columns func(raw []byte) error, row func(raw []byte) error) (ListEnvelope, error) {
+	return decodeJSONList(Table, body, row, columns)
+}
+
+func decodeJSONList(f Format, body io.Reader, item func([]byte) error, onColumns func([]byte) error) (ListEnvelope, error) {
 	var env ListEnvelope
 	s := newJSONStream(body)
 	if err := s.expect('{'); err != nil {
@@ -86,14 +99,27 @@ func decodeJSONList(f Format, body io.Reader, item func([]byte) error) (ListEnve
 		if err := s.expect(':'); err != nil {
 			return env, err
 		}
-		switch key {
-		case "items":
+		switch {
+		case key == "items" && f != Table, key == "rows" && f == Table:
 			sawItems = true
 			itemsFirst = !sawMeta
-			if err := decodeJSONItems(s, item); err != nil {
+			null, err := decodeJSONItems(s, item)
+			if err != nil {
 				return env, err
 			}
-		case "metadata":
+			env.NullRows = null && f == Table
+		case key == "columnDefinitions" && f == Table:
+			v, err := s.readValue()
+			if err != nil {
+				return env, err
+			}
+			env.Columns = bytes.Clone(v)
+			if onColumns != nil {
+				if err := onColumns(env.Columns); err != nil {
+					return env, err
+				}
+			}
+		case key == "metadata":
 			sawMeta = true
 			v, err := s.readValue()
 			if err != nil {
@@ -107,7 +133,7 @@ func decodeJSONList(f Format, body io.Reader, item func([]byte) error) (ListEnve
 				return env, unsupported("sharded list (metadata.shardInfo)")
 			}
 			env.ListMeta = ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount}
-		case "kind", "apiVersion":
+		case key == "kind", key == "apiVersion":
 			v, err := s.readValue()
 			if err != nil {
 				return env, err
@@ -152,51 +178,53 @@ func decodeJSONList(f Format, body io.Reader, item func([]byte) error) (ListEnve
 	return env, nil
 }
 
-func decodeJSONItems(s *jsonStream, item func([]byte) error) error {
+// decodeJSONItems reads a list's items, or a Table's rows, and reports
+// whether they were null.
+func decodeJSONItems(s *jsonStream, item func([]byte) error) (null bool, err error) {
 	c, err := s.peek()
 	if err != nil {
-		return unexpectedEOF(err)
+		return false, unexpectedEOF(err)
 	}
 	if c == 'n' {
 		v, err := s.readValue()
 		if err != nil {
-			return err
+			return false, err
 		}
 		if string(v) != "null" {
-			return malformed("items: unexpected %q", v)
+			return false, malformed("items: unexpected %q", v)
 		}
-		return nil
+		return true, nil
 	}
 	if err := s.expect('['); err != nil {
-		return err
+		return false, err
 	}
 	if c, err := s.peek(); err != nil {
-		return unexpectedEOF(err)
+		return false, unexpectedEOF(err)
 	} else if c == ']' {
 		s.pos++
-		return nil
+		return false, nil
 	}
 	for i := 0; ; i++ {
 		v, err := s.readValue()
 		if err != nil {
-			return fmt.Errorf("item %d: %w", i, err)
+			return false, fmt.Errorf("item %d: %w", i, err)
 		}
 		if v[0] != '{' {
-			return malformed("item %d is not an object", i)
+			return false, malformed("item %d is not an object", i)
 		}
 		if err := item(v); err != nil {
-			return fmt.Errorf("item %d: %w", i, err)
+			return false, fmt.Errorf("item %d: %w", i, err)
 		}
 		c, err := s.peek()
 		if err != nil {
-			return unexpectedEOF(err)
+			return false, unexpectedEOF(err)
 		}
 		s.pos++
 		if c == ']' {
-			return nil
+			return false, nil
 		}
 		if c != ',' {
-			return malformed("expected ',' or ']' after item %d, found %q", i, c)
+			return false, malformed("expected ',' or ']' after item %d, found %q", i, c)
 		}
 	}
 }

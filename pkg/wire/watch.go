@@ -60,6 +60,9 @@ type Event struct {
 	// InitialEventsEnd is set on the BOOKMARK that carries the
 	// k8s.io/initial-events-end: "true" annotation.
 	InitialEventsEnd bool
+	// Columns, in format Table, is the event's columnDefinitions when it
+	// carried them (the first event a watcher is sent), else nil.
+	Columns []byte
 }
 
 // WatchOptions tune a WatchDecoder.
@@ -100,7 +103,7 @@ type WatchDecoder struct {
 func NewWatchDecoder(f Format, body io.ReadCloser, opts WatchOptions) *WatchDecoder {
 	d := &WatchDecoder{format: f, body: body, opts: opts}
 	switch f {
-	case JSON, MetaJSON:
+	case JSON, MetaJSON, Table:
 		d.js = newJSONStream(body)
 	case Protobuf, MetaProtobuf:
 		d.br = bufio.NewReaderSize(body, streamBufSize)
@@ -211,6 +214,9 @@ func (d *WatchDecoder) nextJSON() (Event, error) {
 	ev.Object = obj
 	if ev.Type == Error {
 		return ev, nil
+	}
+	if d.format == Table {
+		return tableEvent(ev)
 	}
 	m, err := jsonObjectMeta(obj, bookmarkParts(ev.Type))
 	if err != nil {

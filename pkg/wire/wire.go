@@ -44,6 +44,9 @@ const (
 	// MetaProtobuf is PartialObjectMetadata(List) in protobuf. Works for
 	// custom resources too.
 	MetaProtobuf
+	// Table is meta.k8s.io Table in JSON, as kubectl get asks for it: a
+	// store's items are the Table's rows (table.go).
+	Table
 )
 
 // Media types and the Accept parameters selecting PartialObjectMetadata.
@@ -53,10 +56,11 @@ const (
 
 	asMetaList  = ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 	asMetaWatch = ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+	asTable     = ";as=Table;g=meta.k8s.io;v=v1"
 )
 
 // Formats lists every Format, for tables and validation.
-var Formats = []Format{JSON, Protobuf, MetaJSON, MetaProtobuf}
+var Formats = []Format{JSON, Protobuf, MetaJSON, MetaProtobuf, Table}
 
 // String returns a short name for logs and metric labels.
 func (f Format) String() string {
@@ -69,12 +73,14 @@ func (f Format) String() string {
 		return "meta-json"
 	case MetaProtobuf:
 		return "meta-protobuf"
+	case Table:
+		return "table"
 	}
 	return fmt.Sprintf("Format(%d)", int(f))
 }
 
 // Valid reports whether f is one of the defined formats.
-func (f Format) Valid() bool { return f >= JSON && f <= MetaProtobuf }
+func (f Format) Valid() bool { return f >= JSON && f <= Table }
 
 // IsProtobuf reports whether f is a protobuf representation.
 func (f Format) IsProtobuf() bool { return f == Protobuf || f == MetaProtobuf }
@@ -95,6 +101,8 @@ func (f Format) ListAccept() string {
 		return mediaJSON + asMetaList
 	case MetaProtobuf:
 		return mediaProtobuf + asMetaList
+	case Table:
+		return mediaJSON + asTable
 	}
 	return ""
 }
@@ -112,6 +120,8 @@ func (f Format) WatchAccept() string {
 		return mediaJSON + asMetaWatch
 	case MetaProtobuf:
 		return mediaProtobuf + asMetaWatch
+	case Table:
+		return mediaJSON + asTable
 	}
 	return ""
 }

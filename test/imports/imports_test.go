@@ -24,11 +24,11 @@ var allowed = map[string][]string{
 	// The LIST and watch servers: each reaches its store through the
 	// registry and parses its request with collection; neither imports
 	// the other.
-	"pkg/lists":      {"pkg/collection", "pkg/freshness", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/wire", "pkg/gzstitch", "pkg/httpapi"},
-	"pkg/watch":      {"pkg/collection", "pkg/freshness", "pkg/gzstitch", "pkg/httpapi", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/wire"},
-	"pkg/collection": {"pkg/snapshot", "pkg/stores", "pkg/wire"},
+	"pkg/lists":      {"pkg/collection", "pkg/freshness", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire", "pkg/gzstitch", "pkg/httpapi"},
+	"pkg/watch":      {"pkg/collection", "pkg/freshness", "pkg/gzstitch", "pkg/httpapi", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
+	"pkg/collection": {"pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
 	// The registry of snapshot stores: discovery, lifecycle, sources.
-	"pkg/stores":      {"pkg/consistency", "pkg/freshness", "pkg/snapshot", "pkg/wire", "pkg/httpapi"},
+	"pkg/stores":      {"pkg/consistency", "pkg/freshness", "pkg/snapshot", "pkg/table", "pkg/wire", "pkg/httpapi"},
 	"pkg/auth":        {"pkg/httpapi"},
 	"pkg/consistency": {"pkg/snapshot", "pkg/wire", "pkg/httpapi"},
 	"pkg/freshness":   {"pkg/snapshot", "test/framework/binaries", "test/framework/freeport"},
@@ -37,6 +37,7 @@ var allowed = map[string][]string{
 	// Test helpers over a package's exported API, for tests only.
 	"pkg/snapshot/snapshottest": {"pkg/snapshot"},
 	"pkg/wire":                  {},
+	"pkg/table":                 {},
 	"pkg/gzstitch":              {},
 	"pkg/httpapi":               {},
 

@@ -1,0 +1,120 @@
+package lists
+
+import (
+	"bufio"
+	"compress/gzip"
+	"net/http"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/listproxy/listproxy/pkg/collection"
+	"github.com/listproxy/listproxy/pkg/httpapi"
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// ReasonTableColumns: a Table page holds rows rendered with columns other
+// than the resource's latest (a CRD's printer columns changed and the
+// store has not relisted yet): pass through.
+const ReasonTableColumns Reason = "table_columns"
+
+// respondTable writes a Table page from stored rows, each with its clock
+// cells rendered for one instant taken now (table.Row.Append), under the
+// columns of the resource's latest Table. A page whose rows were rendered
+// under other columns passes through, having written nothing.
+func (l *Lists) respondTable(w http.ResponseWriter, r *http.Request, req listRequest, h *stores.Handle, meta wire.ListMeta, entries []*snapshot.Entry, reason Reason) (bool, Reason) {
+	head := h.TableHead()
+	if head == nil || head.Columns == nil {
+		return false, ReasonNotSynced
+	}
+	rows := make([]*stores.TableRow, len(entries))
+	for i, e := range entries {
+		row, ok := e.Extra.(*stores.TableRow)
+		if !ok || row.Columns != head.Columns {
+			return false, ReasonTableColumns
+		}
+		rows[i] = row
+	}
+	parts, err := wire.SplitTable(wire.TableEnvelope{GroupVersion: req.Table.GroupVersion, ListMeta: meta, Columns: head.Columns.JSON, NullRows: head.NullRows}, len(entries))
+	if err != nil {
+		w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+		httpapi.WriteStatus(w, apierrors.NewInternalError(err))
+		return true, reason
+	}
+	writeTable(w, r, req.Table, parts, rows, entries, time.Now())
+	return true, reason
+}
+
+// tableChunk is how many bytes of rendered rows are gathered before they
+// are written.
+const tableChunk = 64 << 10
+
+// writeTable writes a Table response: uncompressed with a Content-Length
+// when it is at most gzipThreshold long, else gzipped for a client that
+// accepts it (as the apiserver does), else streamed.
+func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) {
+	hdr := w.Header()
+	hdr.Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+	hdr.Set("Content-Type", wire.Table.ContentType())
+	hdr.Set("Cache-Control", "no-cache, private")
+	appendRow := func(dst []byte, i int) []byte {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		return rows[i].Append(dst, entries[i].Raw, now, opts.Include, opts.GroupVersion)
+	}
+	// Render up to the threshold: a short response is written whole.
+	buf := append(make([]byte, 0, gzipThreshold+tableChunk), parts.Head...)
+	i := 0
+	for ; i < len(rows) && len(buf) <= gzipThreshold; i++ {
+		buf = appendRow(buf, i)
+	}
+	if i == len(rows) && len(buf)+len(parts.Tail) <= gzipThreshold {
+		buf = append(buf, parts.Tail...)
+		hdr.Set("Content-Length", strconv.Itoa(len(buf)))
+		w.WriteHeader(http.StatusOK)
+		if _, err := w.Write(buf); err != nil {
+			klog.V(2).InfoS("Writing table response failed", "err", err)
+		}
+		return
+	}
+	var out *bufio.Writer
+	var gz *gzip.Writer
+	if collection.AcceptsGzip(r) {
+		hdr.Set("Content-Encoding", "gzip")
+		hdr.Add("Vary", "Accept-Encoding")
+		w.WriteHeader(http.StatusOK)
+		// The apiserver's level (responsewriters: defaultGzipContentEncodingLevel).
+		gz, _ = gzip.NewWriterLevel(w, gzip.BestSpeed)
+		out = bufio.NewWriterSize(gz, tableChunk)
+	} else {
+		w.WriteHeader(http.StatusOK)
+		out = bufio.NewWriterSize(w, tableChunk)
+	}
+	err := writeAll(out, buf)
+	for ; err == nil && i < len(rows); i++ {
+		buf = appendRow(buf[:0], i)
+		err = writeAll(out, buf)
+	}
+	if err == nil {
+		err = writeAll(out, parts.Tail)
+	}
+	if err == nil {
+		err = out.Flush()
+	}
+	if err == nil && gz != nil {
+		err = gz.Close()
+	}
+	if err != nil {
+		klog.V(2).InfoS("Writing table response failed", "err", err)
+	}
+}
+
+func writeAll(w *bufio.Writer, b []byte) error {
+	_, err := w.Write(b)
+	return err
+}

@@ -1,0 +1,246 @@
+package stores
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
+
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/table"
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// A store of format Table holds a resource's Table rows as the apiserver
+// rendered them, fed by a Table LIST and WATCH of its own with
+// includeObject=Object where a clock cell reads beyond the object's
+// metadata (table.Rules.Object) and Metadata otherwise. Each row is
+// checked when received (table.Rules.Parse); a row whose clock cells do
+// not follow the rule refuses the resource's Tables for tableRefusal: the
+// store is dropped and its Table reads pass through. The columns a row was
+// rendered with go with it (TableRow.Columns): the columns of a custom
+// resource change with its CRD, and a response never mixes rows of two
+// column sets.
+
+// ReasonTableRefused: the resource's Table rows did not follow listproxy's
+// rules on this apiserver lately; its Table reads pass through.
+const ReasonTableRefused = "table_refused"
+
+// tableRefusal is how long a resource's Tables pass through after a row
+// did not follow its rule. Not measured: long enough that a release
+// listproxy does not know costs one store start per period.
+const tableRefusal = 10 * time.Minute
+
+// TableColumns is one set of columnDefinitions, as the apiserver sent it.
+// A store keeps one value per set it has seen in a row: rows rendered with
+// the same columns share the pointer.
+type TableColumns struct{ JSON []byte }
+
+// TableHead is what a Table store's responses carry besides rows.
+type TableHead struct {
+	// Columns are the columns of the apiserver's latest Table of the
+	// resource; only rows with the same Columns may be served under them.
+	Columns *TableColumns
+	// NullRows: the apiserver writes an empty Table's rows as null.
+	NullRows bool
+}
+
+// TableRow is the Extra of a Table store's entry.
+type TableRow struct {
+	*table.Row
+	// Columns are the columns the row was rendered with.
+	Columns *TableColumns
+}
+
+// tableFeed is the Table state of one store's source.
+type tableFeed struct {
+	rules table.Rules
+	head  atomic.Pointer[TableHead]
+	// mu orders column changes; reads of head do not take it.
+	mu sync.Mutex
+}
+
+// includeObject is the includeObject the feed asks for.
+func (t *tableFeed) includeObject() string {
+	if t.rules.Object {
+		return "Object"
+	}
+	return "Metadata"
+}
+
+// columns returns the current columns.
+func (t *tableFeed) columns() *TableColumns {
+	if h := t.head.Load(); h != nil {
+		return h.Columns
+	}
+	return nil
+}
+
+// setColumns makes cols the current columns and reports whether they
+// differ from the previous ones.
+func (t *tableFeed) setColumns(cols []byte) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.head.Load()
+	if old != nil && old.Columns != nil && bytes.Equal(old.Columns.JSON, cols) {
+		return false
+	}
+	next := TableHead{Columns: &TableColumns{JSON: bytes.Clone(cols)}}
+	if old != nil {
+		next.NullRows = old.NullRows
+	}
+	t.head.Store(&next)
+	return old != nil && old.Columns != nil
+}
+
+func (t *tableFeed) setNullRows(null bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	next := TableHead{NullRows: null}
+	if old := t.head.Load(); old != nil {
+		next.Columns = old.Columns
+	}
+	t.head.Store(&next)
+}
+
+// errColumnsChanged ends a list or watch whose Table columns changed
+// under it (a CRD's printer columns edited): the store relists.
+var errColumnsChanged = fmt.Errorf("table columns changed: %w", snapshot.ErrGone)
+
+// listTable reads one page of a Table LIST. The first page sets the
+// columns; a later page with other columns fails the list, which is
+// started again.
+func (s *apiSource) listTable(ctx context.Context, q url.Values, continueToken string, row func(raw []byte) error) (wire.ListEnvelope, error) {
+	q.Set("includeObject", s.table.includeObject())
+	resp, err := s.do(ctx, q, s.format.ListAccept())
+	if err != nil {
+		return wire.ListEnvelope{}, err
+	}
+	defer resp.Body.Close()
+	first := continueToken == ""
+	env, err := wire.DecodeTable(resp.Body, func(cols []byte) error {
+		if s.table.setColumns(cols) && !first {
+			return errColumnsChanged
+		}
+		return nil
+	}, row)
+	if err != nil {
+		return env, err
+	}
+	if first {
+		null, err := s.emptyTableRows(ctx)
+		if err != nil {
+			return env, err
+		}
+		s.table.setNullRows(null)
+	}
+	return env, nil
+}
+
+// impossibleName is a name no object can have ("/" is not allowed in any
+// object name): a Table LIST selecting it is empty.
+const impossibleName = "listproxy/none"
+
+// emptyTableRows asks the apiserver how it writes an empty Table of the
+// resource (rows null or []): a LIST selecting no object, from its watch
+// cache.
+func (s *apiSource) emptyTableRows(ctx context.Context) (bool, error) {
+	q := url.Values{
+		"fieldSelector":   {fields.OneTermEqualSelector("metadata.name", impossibleName).String()},
+		"resourceVersion": {"0"},
+		"includeObject":   {"None"},
+	}
+	resp, err := s.do(ctx, q, s.format.ListAccept())
+	if err != nil {
+		return false, fmt.Errorf("empty table: %w", err)
+	}
+	defer resp.Body.Close()
+	env, err := wire.DecodeTable(resp.Body, nil, func([]byte) error { return errors.New("a row in a list that selects nothing") })
+	if err != nil {
+		return false, fmt.Errorf("empty table: %w", err)
+	}
+	return env.NullRows, nil
+}
+
+// tableWatch is a Table watch: an event carrying columns other than the
+// store's ends it, so that the store relists under the new columns.
+type tableWatch struct {
+	watchAdapter
+	table *tableFeed
+}
+
+func (w tableWatch) Next() (snapshot.WatchEvent, error) {
+	ev, err := w.d.Next()
+	if err != nil {
+		return snapshot.WatchEvent{}, err
+	}
+	if ev.Columns != nil && w.table.setColumns(ev.Columns) {
+		return snapshot.WatchEvent{}, errColumnsChanged
+	}
+	return snapshot.WatchEvent{Type: snapshot.EventType(ev.Type), Object: ev.Object, ResourceVersion: ev.ResourceVersion}, nil
+}
+
+// newTableExtractor returns how a Table store's rows become entries: the
+// row is checked and stored (table.Rules.Parse), labels and fields are
+// read from its object. A row that fails the check refuses the
+// resource's Tables (refuse) and fails the list or watch.
+func newTableExtractor(info *Resource, feed *tableFeed, now func() time.Time, refuse func(error)) snapshot.Extractor {
+	objectFormat := wire.MetaJSON
+	if info.Table.Object {
+		objectFormat = wire.JSON
+	}
+	entryOf := newEntryMaker(info, objectFormat)
+	return func(raw []byte) (*snapshot.Entry, error) {
+		stored, object, row, err := info.Table.Parse(raw, now())
+		if err != nil {
+			refuse(err)
+			return nil, err
+		}
+		e, err := entryOf(object, stored)
+		if err != nil {
+			return nil, err
+		}
+		e.Extra = &TableRow{Row: row, Columns: feed.columns()}
+		return e, nil
+	}
+}
+
+// refuseTables refuses gvr's Tables for tableRefusal and drops its Table
+// store.
+func (reg *Registry) refuseTables(info *Resource, err error) {
+	resource := info.GVR.GroupResource().String()
+	klog.ErrorS(err, "Table rows do not follow listproxy's rules on this apiserver; its Tables pass through", "resource", resource, "for", tableRefusal)
+	reg.cfg.Metrics.tableMismatch(resource)
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	reg.tableRefused[info.GVR] = reg.clock.Now().Add(tableRefusal)
+	k := storeKey{gvr: info.GVR, format: wire.Table}
+	if e, ok := reg.stores[k]; ok {
+		reg.dropLocked(k, e, "table rows do not follow their rules")
+	}
+}
+
+// tablesRefused reports whether gvr's Tables are refused now.
+func (reg *Registry) tablesRefused(gvr schema.GroupVersionResource) bool {
+	reg.mu.RLock()
+	defer reg.mu.RUnlock()
+	until, ok := reg.tableRefused[gvr]
+	return ok && reg.clock.Now().Before(until)
+}
+
+// TableHead returns the head of a Table store's responses; nil before its
+// first list.
+func (h *Handle) TableHead() *TableHead {
+	if h.e.source.table == nil {
+		return nil
+	}
+	return h.e.source.table.head.Load()
+}

@@ -1,0 +1,106 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Table responses (format Table). The apiserver encodes a Table LIST with
+// encoding/json, fields in struct order (k8s.io/apimachinery
+// pkg/apis/meta/v1 Table):
+//
+//	{"kind":"Table","apiVersion":"meta.k8s.io/V","metadata":{ListMeta},
+//	 "columnDefinitions":[...],"rows":[row,...]}\n
+//
+// and a Table WATCH event as {"type":T,"object":Table} with one row, whose
+// metadata carries the object's resourceVersion (the bookmarked one for a
+// BOOKMARK) and whose columnDefinitions are set on a watcher's first event
+// only (null after). A store of format Table holds the rows.
+
+// TableEnvelope is what a Table LIST response carries besides its rows.
+type TableEnvelope struct {
+	// GroupVersion is "v1" or "v1beta1" of meta.k8s.io.
+	GroupVersion string
+	ListMeta     ListMeta
+	// Columns is the columnDefinitions array as the apiserver sent it.
+	Columns []byte
+	// NullRows writes an empty Table's rows as null (the apiserver's
+	// generic convertor) instead of [] (its printers).
+	NullRows bool
+}
+
+// SplitTable returns the parts of a Table LIST response with n rows: Head,
+// then the rows separated by ",", then Tail.
+func SplitTable(env TableEnvelope, n int) (ListParts, error) {
+	head := append([]byte(nil), `{"kind":"Table","apiVersion":`...)
+	head = appendJSONString(head, "meta.k8s.io/"+env.GroupVersion)
+	lm := env.ListMeta
+	meta, err := json.Marshal(metav1.ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount})
+	if err != nil {
+		return ListParts{}, fmt.Errorf("encode list metadata: %w", err)
+	}
+	head = append(head, `,"metadata":`...)
+	head = append(head, meta...)
+	head = append(head, `,"columnDefinitions":`...)
+	columns := env.Columns
+	if len(columns) == 0 {
+		columns = []byte("null")
+	}
+	head = append(head, columns...)
+	head = append(head, `,"rows":`...)
+	if n == 0 && env.NullRows {
+		head = append(head, "null"...)
+		return ListParts{Head: head, Tail: []byte("}\n")}, nil
+	}
+	head = append(head, '[')
+	return ListParts{Head: head, Tail: []byte("]}\n")}, nil
+}
+
+// tableEvent turns a Table watch event (ev.Object the Table) into the
+// event of its one row: Object is the row, ResourceVersion the Table's.
+func tableEvent(ev Event) (Event, error) {
+	var row []byte
+	rows := 0
+	err := eachMember(ev.Object, func(key, value []byte) (bool, error) {
+		switch {
+		case keyIs(key, "metadata"):
+			return true, eachMember(value, func(key, value []byte) (bool, error) {
+				if !keyIs(key, "resourceVersion") {
+					return true, nil
+				}
+				rv, err := decodeString(value)
+				ev.ResourceVersion = rv
+				return false, err
+			})
+		case keyIs(key, "columnDefinitions"):
+			if !bytes.Equal(value, []byte("null")) {
+				ev.Columns = value
+			}
+		case keyIs(key, "rows"):
+			if value[0] != '[' {
+				return false, malformed("table watch event rows: %.20q", value)
+			}
+			return true, eachElement(value, func(v []byte) error {
+				rows++
+				row = v
+				return nil
+			})
+		}
+		return true, nil
+	})
+	if err != nil {
+		return Event{}, fmt.Errorf("table watch event: %w", err)
+	}
+	if rows != 1 || row[0] != '{' {
+		return Event{}, malformed("table watch event with %d rows", rows)
+	}
+	if ev.ResourceVersion == "" {
+		return Event{}, malformed("table watch event without resourceVersion")
+	}
+	// ev.Object is the decoder's copy: the row and columns may share it.
+	ev.Object = row
+	return ev, nil
+}
