@@ -98,8 +98,7 @@ func Parse(r *http.Request, reg *stores.Registry, verb Verb, labelSelector, fiel
 		return req, ReasonMediaType, false
 	}
 	if req.Format == wire.Table {
-		// Table watches pass through.
-		if !res.TableServed || verb == Watch {
+		if !res.TableServed {
 			return req, ReasonMediaType, false
 		}
 		if req.Table.Include, ok = includeObject(r); !ok {

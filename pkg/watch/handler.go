@@ -96,7 +96,16 @@ func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
 		h.srv.PassedThrough(resource, ReasonNotSynced)
 		return false
 	}
-	served, reason := h.srv.Serve(w, r, d, h.target(req, handle))
+	t := h.target(req, handle)
+	if req.Format == wire.Table {
+		head := handle.TableHead()
+		if head == nil || head.Columns == nil {
+			h.srv.PassedThrough(resource, ReasonNotSynced)
+			return false
+		}
+		t.Table = &TableTarget{GroupVersion: req.Table.GroupVersion, Include: req.Table.Include, Columns: head.Columns}
+	}
+	served, reason := h.srv.Serve(w, r, d, t)
 	if !served {
 		h.srv.PassedThrough(resource, reason)
 	}

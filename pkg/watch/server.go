@@ -13,6 +13,8 @@ import (
 	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -111,7 +113,30 @@ type Target struct {
 	// time, the apiserver's 429 to answer with. Nil admits every
 	// watch-list at once.
 	Admit func(ctx context.Context, weight int64) (release func(), deadline time.Time, rejected *apierrors.StatusError)
+	// Table is set for a watch of Table rows (format wire.Table).
+	Table *TableTarget
 }
+
+// TableTarget is what a watch of Table rows needs (kubectl get -w): each
+// event is a Table of one row, rendered when it is written; the first
+// carries the columns, the others null, as the apiserver writes them for
+// one watcher. Only watches from a resourceVersion without bookmarks are
+// served (what kubectl sends): a bookmark's row is the apiserver's
+// rendering of an empty object, which listproxy does not hold.
+type TableTarget struct {
+	// GroupVersion is the Table's meta.k8s.io version.
+	GroupVersion string
+	// Include is the rows' object.
+	Include table.IncludeObject
+	// Columns are the resource's columns when the watch starts; a row
+	// rendered under others ends the watch (the store is relisting under
+	// new columns).
+	Columns *stores.TableColumns
+}
+
+// ReasonTableWatch: a watch of Table rows that is not a plain watch from
+// a resourceVersion without bookmarks.
+const ReasonTableWatch = "table_watch"
 
 // Server serves watches from snapshot stores.
 type Server struct {
@@ -166,8 +191,12 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	if d.Defaulted && !t.WatchListDefaults {
 		return false, "legacy_initial_events"
 	}
-	// A type whose bookmark cannot be built passes through up front.
-	if _, err := bookmarkItem(t.Format, t.Type, 1, true); err != nil {
+	if t.Table != nil {
+		if d.Action != From || d.Bookmarks {
+			return false, ReasonTableWatch
+		}
+	} else if _, err := bookmarkItem(t.Format, t.Type, 1, true); err != nil {
+		// A type whose bookmark cannot be built passes through up front.
 		return false, "unsupported_type"
 	}
 	var (

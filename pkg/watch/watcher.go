@@ -14,6 +14,7 @@ import (
 
 	"github.com/listproxy/listproxy/pkg/gzstitch"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -51,6 +52,11 @@ type watcher struct {
 	deadline      time.Time
 	end           clock.Timer
 	bookmarkTimer clock.Timer
+	// tableHeaderSent: a Table watch sent its columns (with its first
+	// event); tableColumnsChanged: a row rendered under other columns
+	// than the watch's came, which ends the watch.
+	tableHeaderSent     bool
+	tableColumnsChanged bool
 }
 
 // endError marks the end of a stream for a reason already decided.
@@ -458,7 +464,7 @@ func (w *watcher) readChanges() (int, error) {
 	switch {
 	case werr != nil:
 		return n, werr
-	case errors.Is(err, snapshot.ErrFeedReset):
+	case errors.Is(err, snapshot.ErrFeedReset), w.tableColumnsChanged:
 		return n, &endError{EndStoreReset}
 	case errors.Is(err, snapshot.ErrFeedOverrun):
 		return n, &endError{EndTooSlow}
@@ -473,41 +479,86 @@ func (w *watcher) readChanges() (int, error) {
 func (w *watcher) change(ev *snapshot.Event) {
 	cur := ev.Type != snapshot.Deleted && w.matches(ev.Object)
 	old := ev.Prev != nil && w.matches(ev.Prev)
-	var item []byte
+	var entry *snapshot.Entry
 	var typ wire.EventType
+	// atRV: the previous object is sent at the change's resourceVersion.
+	atRV := false
 	switch {
 	case cur && !old:
-		typ, item = wire.Added, ev.Object.Raw
+		typ, entry = wire.Added, ev.Object
 	case cur && old:
-		typ, item = wire.Modified, ev.Object.Raw
+		typ, entry = wire.Modified, ev.Object
 	case !cur && old:
 		typ = wire.Deleted
 		if ev.Type == snapshot.Deleted {
 			// The apiserver's DELETED object: the last state at the
 			// deletion's resourceVersion.
-			item = ev.Object.Raw
+			entry = ev.Object
 		} else {
-			var err error
-			item, err = wire.SetResourceVersion(w.t.Format, ev.Prev.Raw, strconv.FormatUint(ev.RV, 10))
-			if err != nil {
-				klog.ErrorS(err, "Cannot rewrite resourceVersion; sending the previous object as stored", "resource", w.t.Resource)
-				item = ev.Prev.Raw
-			}
+			entry, atRV = ev.Prev, true
 		}
 	default:
 		return
 	}
-	if w.t.Match == nil && ev.Shared != nil {
+	switch {
+	case w.t.Table != nil:
+		w.tableEvent(typ, entry, ev.RV, atRV)
+	case w.t.Match == nil && ev.Shared != nil:
 		// Without selectors every watcher of the store sends the same
 		// frame: it is encoded once, by the first.
 		w.wr.frame(ev.Shared.Load(frameKey{w.t.Format, w.t.Type, typ}, func() []byte {
-			return wire.AppendWatchEvent(nil, w.t.Format, typ, w.t.Type, item)
+			return wire.AppendWatchEvent(nil, w.t.Format, typ, w.t.Type, w.item(entry, ev.RV, atRV))
 		}))
-	} else {
-		w.wr.event(typ, item)
+	default:
+		w.wr.event(typ, w.item(entry, ev.RV, atRV))
 	}
 	w.metrics.event(w.labels, typ)
 	w.metrics.fanout(w.labels, w.srv.cfg.Clock.Since(ev.At))
+}
+
+// item is the object an event carries: e as stored or, when atRV, at the
+// change's resourceVersion rv.
+func (w *watcher) item(e *snapshot.Entry, rv uint64, atRV bool) []byte {
+	if !atRV {
+		return e.Raw
+	}
+	item, err := wire.SetResourceVersion(w.t.Format, e.Raw, strconv.FormatUint(rv, 10))
+	if err != nil {
+		klog.ErrorS(err, "Cannot rewrite resourceVersion; sending the previous object as stored", "resource", w.t.Resource)
+		return e.Raw
+	}
+	return item
+}
+
+// tableEvent queues the Table event of one row, its clock cells rendered
+// now; the watcher's first event carries the columns. A row rendered
+// under other columns than the watch's ends the watch after this read
+// (the store is relisting under new ones).
+func (w *watcher) tableEvent(typ wire.EventType, e *snapshot.Entry, rv uint64, atRV bool) {
+	tt := w.t.Table
+	row, ok := e.Extra.(*stores.TableRow)
+	if !ok || row.Columns != tt.Columns || w.tableColumnsChanged {
+		w.tableColumnsChanged = true
+		return
+	}
+	rendered := row.Append(nil, e.Raw, w.srv.cfg.Clock.Now(), tt.Include, tt.GroupVersion)
+	eventRV := e.RV
+	if atRV {
+		var err error
+		if rendered, err = wire.SetTableRowResourceVersion(rendered, strconv.FormatUint(rv, 10)); err != nil {
+			klog.ErrorS(err, "Cannot rewrite a Table row's resourceVersion; ending the watch", "resource", w.t.Resource)
+			w.tableColumnsChanged = true
+			return
+		}
+		eventRV = rv
+	}
+	var columns []byte
+	if !w.tableHeaderSent {
+		columns, w.tableHeaderSent = tt.Columns.JSON, true
+	}
+	w.wr.raw(func(dst []byte) []byte {
+		return wire.AppendTableWatchEvent(dst, typ, tt.GroupVersion, strconv.FormatUint(eventRV, 10), columns, rendered)
+	})
 }
 
 // frameKey identifies an encoded frame of an event shared by watchers.

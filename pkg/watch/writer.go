@@ -84,6 +84,14 @@ func (w *writer) event(t wire.EventType, item []byte) {
 	w.buf = wire.AppendWatchEvent(w.buf, w.format, t, w.typ, item)
 }
 
+// raw queues the frame appendFrame appends.
+func (w *writer) raw(appendFrame func(dst []byte) []byte) {
+	if w.buf == nil {
+		w.buf = getBurst()
+	}
+	w.buf = appendFrame(w.buf)
+}
+
 // frame queues an encoded frame, which must not change until flushed.
 func (w *writer) frame(b []byte) {
 	if len(b) < sharedFrameMin {

@@ -104,3 +104,56 @@ func tableEvent(ev Event) (Event, error) {
 	ev.Object = row
 	return ev, nil
 }
+
+// AppendTableWatchEvent appends a Table watch event: the Table of one row
+// in meta.k8s.io/groupVersion with metadata.resourceVersion rv, and the
+// columns, or null when columns is nil (every event but a watcher's
+// first), then "\n".
+func AppendTableWatchEvent(dst []byte, t EventType, groupVersion, rv string, columns, row []byte) []byte {
+	dst = append(dst, `{"type":`...)
+	dst = appendJSONString(dst, string(t))
+	dst = append(dst, `,"object":{"kind":"Table","apiVersion":`...)
+	dst = appendJSONString(dst, "meta.k8s.io/"+groupVersion)
+	dst = append(dst, `,"metadata":{"resourceVersion":`...)
+	dst = appendJSONString(dst, rv)
+	dst = append(dst, `},"columnDefinitions":`...)
+	if columns == nil {
+		dst = append(dst, "null"...)
+	} else {
+		dst = append(dst, columns...)
+	}
+	dst = append(dst, `,"rows":[`...)
+	dst = append(dst, row...)
+	return append(dst, "]}}\n"...)
+}
+
+// SetTableRowResourceVersion returns a copy of a Table row whose object
+// (PartialObjectMetadata) has metadata.resourceVersion rv; a row whose
+// object is null is returned as it is. The watch cache sends an object
+// that stops matching a watch's selectors as DELETED at the event's
+// resourceVersion.
+func SetTableRowResourceVersion(row []byte, rv string) ([]byte, error) {
+	var object []byte
+	err := eachMember(row, func(key, value []byte) (bool, error) {
+		if keyIs(key, "object") {
+			object = value
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if object == nil || object[0] != '{' {
+		return row, nil
+	}
+	updated, err := setJSONResourceVersion(object, rv)
+	if err != nil {
+		return nil, err
+	}
+	start := offsetIn(row, object)
+	out := make([]byte, 0, len(row)+len(updated)-len(object))
+	out = append(out, row[:start]...)
+	out = append(out, updated...)
+	return append(out, row[start+len(object):]...), nil
+}
