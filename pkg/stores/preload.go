@@ -64,7 +64,7 @@ func ParsePreload(names []string) ([]Preload, error) {
 		explicit := formatName != ""
 		if explicit {
 			found := false
-			for _, f := range wire.Formats {
+			for _, f := range append(wire.Formats, wire.Table) {
 				if f.String() == formatName {
 					format, found = f, true
 				}

@@ -59,8 +59,10 @@ const (
 	asTable     = ";as=Table;g=meta.k8s.io;v=v1"
 )
 
-// Formats lists every Format, for tables and validation.
-var Formats = []Format{JSON, Protobuf, MetaJSON, MetaProtobuf, Table}
+// Formats lists the formats of whole objects and their metadata, for
+// tables and validation; Table, a representation of rows, is not among
+// them.
+var Formats = []Format{JSON, Protobuf, MetaJSON, MetaProtobuf}
 
 // String returns a short name for logs and metric labels.
 func (f Format) String() string {
