@@ -47,7 +47,7 @@ func (p Preload) formatFor(info *Resource) wire.Format {
 }
 
 // ParsePreload parses --preload entries, RESOURCE[.GROUP][/FORMAT] with
-// FORMAT one of json, protobuf, meta-json and meta-protobuf; without one,
+// FORMAT one of json, protobuf, meta-json, meta-protobuf and table; without one,
 // the store is protobuf for a built-in resource and JSON for a custom one
 // (what client-go's typed clients ask for). Duplicates are dropped.
 func ParsePreload(names []string) ([]Preload, error) {
@@ -118,7 +118,7 @@ func (reg *Registry) Ready() error {
 	}
 	for _, p := range reg.cfg.Preload {
 		info, ok := reg.catalog.preferred(p.Resource)
-		if !ok {
+		if !ok || p.formatFor(info) == wire.Table && !info.TableServed {
 			continue
 		}
 		reg.mu.RLock()
@@ -140,9 +140,13 @@ func (reg *Registry) ensurePreloaded() {
 	var missing int64
 	for _, p := range reg.cfg.Preload {
 		info, ok := reg.catalog.preferred(p.Resource)
+		if ok && p.formatFor(info) == wire.Table && !info.TableServed {
+			// Its Tables pass through: no store to keep.
+			ok = false
+		}
 		if !ok {
 			missing++
-			klog.V(1).InfoS("Preloaded resource not served: not in discovery, not list+watch, or excluded by --resources", "resource", p.String())
+			klog.V(1).InfoS("Preloaded resource not served: not in discovery, not list+watch, excluded by --resources, or a Table listproxy has no rules for", "resource", p.String())
 			continue
 		}
 		if e, _, ok := reg.storeFor(context.Background(), info, p.formatFor(info), true); ok {
