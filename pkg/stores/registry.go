@@ -20,6 +20,7 @@ import (
 	"github.com/listproxy/listproxy/pkg/consistency"
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -99,6 +100,10 @@ type Config struct {
 	// Clock drives the registry's loops (idle drop, compaction, preload)
 	// and its cold waits; nil selects the real clock.
 	Clock clock.WithTicker
+	// TableRules returns the Table rules of a built-in resource on
+	// apiserver release 1.minor; nil selects table.For. Tests substitute
+	// wrong rules to see rows refused as they arrive.
+	TableRules func(minor int, gr schema.GroupResource) (table.Rules, bool)
 }
 
 // DefaultConfig returns listproxy's defaults; the command's flags start from
@@ -210,7 +215,7 @@ func New(cfg Config) (*Registry, error) {
 		cfg:          cfg,
 		clock:        clockOrReal(cfg.Clock),
 		client:       client,
-		catalog:      &catalog{discovery: disc, dynamic: dyn, filter: cfg.Resources},
+		catalog:      &catalog{discovery: disc, dynamic: dyn, filter: cfg.Resources, tableRules: cfg.TableRules},
 		stores:       map[storeKey]*storeEntry{},
 		tableRefused: map[schema.GroupVersionResource]time.Time{},
 	}

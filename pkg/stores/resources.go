@@ -69,6 +69,8 @@ type catalog struct {
 	discovery discovery.DiscoveryInterface
 	dynamic   dynamic.Interface
 	filter    ResourceFilter
+	// tableRules: Config.TableRules.
+	tableRules func(minor int, gr schema.GroupResource) (table.Rules, bool)
 
 	mu        sync.RWMutex
 	resources map[schema.GroupVersionResource]*Resource // guarded by mu
@@ -208,6 +210,8 @@ func (r *catalog) cacheable(lists []*metav1.APIResourceList, crds map[schema.Gro
 			switch {
 			case custom:
 				info.Table, info.TableServed = table.ForCustom(crd.columns)
+			case major == 1 && !info.Aggregated && r.tableRules != nil:
+				info.Table, info.TableServed = r.tableRules(minor, gvr.GroupResource())
 			case major == 1 && !info.Aggregated:
 				info.Table, info.TableServed = table.For(minor, gvr.GroupResource())
 			}

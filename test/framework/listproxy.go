@@ -41,7 +41,15 @@ type Listproxy struct {
 // directory, and CAFile names its CA.
 func StartListproxy(t testing.TB, cp *ControlPlane, args ...string) *Listproxy {
 	t.Helper()
-	lp, err := startListproxy(cp, t.TempDir(), args)
+	return StartListproxyAdjusted(t, cp, nil, args...)
+}
+
+// StartListproxyAdjusted is StartListproxy with adjust, when not nil,
+// applied to the completed configuration before listproxy runs (for the
+// configuration's test-only fields, such as app.Config.TableRules).
+func StartListproxyAdjusted(t testing.TB, cp *ControlPlane, adjust func(*app.Config), args ...string) *Listproxy {
+	t.Helper()
+	lp, err := startListproxy(cp, t.TempDir(), adjust, args)
 	if err != nil {
 		t.Fatalf("start listproxy: %v", err)
 	}
@@ -53,7 +61,7 @@ func StartListproxy(t testing.TB, cp *ControlPlane, args ...string) *Listproxy {
 	return lp
 }
 
-func startListproxy(cp *ControlPlane, dir string, args []string) (*Listproxy, error) {
+func startListproxy(cp *ControlPlane, dir string, adjust func(*app.Config), args []string) (*Listproxy, error) {
 	kubeconfig := filepath.Join(dir, "upstream.kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig, "", UserAdmin, false); err != nil {
 		return nil, err
@@ -94,6 +102,9 @@ func startListproxy(cp *ControlPlane, dir string, args []string) (*Listproxy, er
 		}
 	}
 	cfg.OnStores = lp.stores.Store
+	if adjust != nil {
+		adjust(cfg)
+	}
 	go func() { lp.done <- app.Run(ctx, cfg) }()
 	if err := lp.waitReady(30 * time.Second); err != nil {
 		_ = lp.Stop()

@@ -417,6 +417,7 @@ func (o *CacheOptions) storesConfig(ctx context.Context, cfg *Config, reg promet
 		MaxStoreBytes:         o.MaxStoreBytes,
 		ColdStoreWait:         o.ColdStoreWait,
 		DiscoveryInterval:     o.DiscoveryInterval,
+		TableRules:            cfg.TableRules,
 		Metrics:               metrics,
 		StoreMetrics:          storeMetrics,
 		EtcdPrefix:            o.etcdPrefix,

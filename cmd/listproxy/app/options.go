@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -25,6 +26,7 @@ import (
 	"github.com/listproxy/listproxy/pkg/auth"
 	"github.com/listproxy/listproxy/pkg/proxy"
 	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/table"
 )
 
 // Defaults. Not measured: the grace period leaves a margin under the
@@ -195,6 +197,9 @@ type Config struct {
 	// OnStores, when set, is called with the store registry Run starts from
 	// Cache, before it serves. For tests only (test/framework).
 	OnStores func(*stores.Registry)
+	// TableRules, when set, replaces the Table rules of built-in
+	// resources (stores.Config.TableRules). For tests only.
+	TableRules func(minor int, gr schema.GroupResource) (table.Rules, bool)
 }
 
 // Complete loads the upstream configuration and returns the Config to Run.
