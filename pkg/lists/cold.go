@@ -47,7 +47,7 @@ func (l *Lists) notReady(req listRequest, h *stores.Handle, refused Reason) verd
 	if refused != "" {
 		return pass(refused)
 	}
-	if h == nil || h.ListFailing() || req.query.limit > 0 && !req.Selective {
+	if h == nil || h.ListFailing() || h.Dropped() || req.query.limit > 0 && !req.Selective {
 		return pass(ReasonNotSynced)
 	}
 	return reject(ReasonStoreNotReady, h.NotReadyError())

@@ -67,6 +67,11 @@ func (h *Handle) AwaitSynced(ctx context.Context) bool {
 	}
 }
 
+// Dropped reports whether the store was stopped while the handle was held
+// (discovery changed its resource, or its Table rows were refused): its
+// readers pass through.
+func (h *Handle) Dropped() bool { return h.e.ctx.Err() != nil }
+
 // ListFailing reports whether the store's feeder is backing off after a
 // failed list.
 func (h *Handle) ListFailing() bool {

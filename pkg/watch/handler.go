@@ -88,7 +88,7 @@ func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
 	if !handle.AwaitSynced(r.Context()) {
 		// As the apiserver's unready watch cache: 429, unless the
 		// store's list is failing.
-		if !handle.ListFailing() && r.Context().Err() == nil {
+		if !handle.ListFailing() && !handle.Dropped() && r.Context().Err() == nil {
 			w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
 			httpapi.WriteStatus(w, handle.NotReadyError())
 			return true
