@@ -1,0 +1,231 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/listproxy/listproxy/pkg/httpapi"
+	"github.com/listproxy/listproxy/test/framework"
+)
+
+// tableEvent is one event of a Table watch, decoded for comparison: the
+// row's object and non-clock cells as raw bytes.
+type tableEvent struct {
+	Type   string `json:"type"`
+	Object struct {
+		Kind       string          `json:"kind"`
+		APIVersion string          `json:"apiVersion"`
+		Metadata   json.RawMessage `json:"metadata"`
+		Columns    json.RawMessage `json:"columnDefinitions"`
+		Rows       []struct {
+			Cells      []json.RawMessage `json:"cells"`
+			Conditions json.RawMessage   `json:"conditions"`
+			Object     json.RawMessage   `json:"object"`
+		} `json:"rows"`
+	} `json:"object"`
+}
+
+// openTableWatch starts a Table watch as kubectl get -w does, with accept
+// and the query q, and returns its lines and response header.
+func openTableWatch(ctx context.Context, t *testing.T, c rawClient, path, accept string, q url.Values) (*bufio.Reader, http.Header) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?"+q.Encode(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", "kubectl/v1.37.2 (listproxy-e2e)")
+	resp, err := c.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("Table watch %s?%s: %s", path, q.Encode(), resp.Status)
+	}
+	context.AfterFunc(ctx, func() { resp.Body.Close() })
+	return bufio.NewReader(resp.Body), resp.Header
+}
+
+// readTableEvents reads n events.
+func readTableEvents(t *testing.T, r *bufio.Reader, n int) ([]tableEvent, [][]byte) {
+	t.Helper()
+	var events []tableEvent
+	var raws [][]byte
+	for range n {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("after %d of %d events: %v", len(events), n, err)
+		}
+		var ev tableEvent
+		if err := json.Unmarshal(line, &ev); err != nil {
+			t.Fatalf("event %q: %v", line, err)
+		}
+		events = append(events, ev)
+		raws = append(raws, line)
+	}
+	return events, raws
+}
+
+// ageCell matches what the apiserver renders for a time under two
+// minutes ago, the age of every object this test creates.
+var ageCell = regexp.MustCompile(`^"([0-9]+)s"$`)
+
+// TestTableWatchDifferential: kubectl get -w's Table watches from a
+// resourceVersion, served from the Table store, equal the apiserver's
+// event for event: type, resourceVersion, the columns on the first event
+// only (null after), each row's cells and object, a DELETED for an object
+// leaving a label selector (its previous row at the change's
+// resourceVersion), both meta.k8s.io versions and includeObject=None.
+// Age cells, rendered when each side wrote its event, may differ by the
+// second that passed between them, and by no more.
+func TestTableWatchDifferential(t *testing.T) {
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns = "tablewatch"
+	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs := cp.Clientset(framework.UserAdmin)
+	for i := range 3 {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Labels: map[string]string{"app": []string{"a", "a", "b"}[i]}}, Data: map[string]string{"k": "v"}}
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("pod-%d", i), i), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lp := framework.StartListproxy(t, cp, "--serve-watches", "--etcd-servers="+cp.EtcdEndpoint)
+	lpc := newRawClient(t, lp.Config())
+	apic := newRawClient(t, cp.AdminConfig)
+	cmPath, podPath := "/api/v1/namespaces/"+ns+"/configmaps", "/api/v1/namespaces/"+ns+"/pods"
+	for _, p := range []string{cmPath, podPath} {
+		if err := framework.WarmTable(ctx, lpc.client, lpc.base, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The resourceVersion kubectl watches from: its Table LIST's.
+	code, hdr, body, err := lpc.get(ctx, cmPath, url.Values{"limit": {"500"}}, kubectlTableAccept)
+	if err != nil || code != http.StatusOK || hdr.Get(httpapi.HeaderServedFrom) != httpapi.SourceSnapshot {
+		t.Fatalf("Table LIST: %d from %q, %v", code, hdr.Get(httpapi.HeaderServedFrom), err)
+	}
+	var list struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		t.Fatal(err)
+	}
+	rv := list.Metadata.ResourceVersion
+
+	type pair struct {
+		name    string
+		lp, api *bufio.Reader
+		events  int
+	}
+	cases := []struct {
+		name, path, accept string
+		q                  url.Values
+		events             int
+	}{
+		{"configmaps", cmPath, kubectlTableAccept, url.Values{}, 4},
+		{"configmaps_app_a", cmPath, kubectlTableAccept, url.Values{"labelSelector": {"app=a"}}, 3},
+		{"configmaps_v1beta1_none", cmPath, "application/json;as=Table;v=v1beta1;g=meta.k8s.io", url.Values{"includeObject": {"None"}}, 4},
+		{"pods", podPath, kubectlTableAccept, url.Values{}, 3},
+	}
+	var pairs []pair
+	for _, tc := range cases {
+		tc.q.Set("watch", "true")
+		tc.q.Set("resourceVersion", rv)
+		lpr, hdr := openTableWatch(ctx, t, lpc, tc.path, tc.accept, tc.q)
+		if got := hdr.Get(httpapi.HeaderServedFrom); got != httpapi.SourceSnapshot {
+			t.Fatalf("%s: Table watch served from %q, want %q", tc.name, got, httpapi.SourceSnapshot)
+		}
+		apir, _ := openTableWatch(ctx, t, apic, tc.path, tc.accept, tc.q)
+		pairs = append(pairs, pair{name: tc.name, lp: lpr, api: apir, events: tc.events})
+	}
+
+	// configmaps: cm-3 added (app=a); cm-0 leaves app=a; cm-1 changes;
+	// cm-2 deleted. pods: pod-2 added, pod-0 changed, pod-1 deleted.
+	cm3 := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-3", Labels: map[string]string{"app": "a"}}}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, cm3, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Patch(ctx, "cm-0", types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"b"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().ConfigMaps(ns).Patch(ctx, "cm-1", types.MergePatchType, []byte(`{"data":{"k2":"v2"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CoreV1().ConfigMaps(ns).Delete(ctx, "cm-2", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, "pod-2", 2), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods(ns).Patch(ctx, "pod-0", types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.CoreV1().Pods(ns).Delete(ctx, "pod-1", *metav1.NewDeleteOptions(0)); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, p := range pairs {
+		t.Run(p.name, func(t *testing.T) {
+			got, gotRaw := readTableEvents(t, p.lp, p.events)
+			want, wantRaw := readTableEvents(t, p.api, p.events)
+			for i := range want {
+				g, w := got[i], want[i]
+				where := fmt.Sprintf("event %d\nlistproxy: %s\napiserver: %s", i, gotRaw[i], wantRaw[i])
+				if g.Type != w.Type || g.Object.Kind != w.Object.Kind || g.Object.APIVersion != w.Object.APIVersion || !bytes.Equal(g.Object.Metadata, w.Object.Metadata) {
+					t.Fatalf("type, kind, apiVersion or metadata differ, %s", where)
+				}
+				if !bytes.Equal(g.Object.Columns, w.Object.Columns) {
+					t.Fatalf("columnDefinitions differ, %s", where)
+				}
+				if (i == 0) == bytes.Equal(w.Object.Columns, []byte("null")) {
+					t.Fatalf("the apiserver's columns: want them on the first event only, %s", where)
+				}
+				if len(g.Object.Rows) != 1 || len(w.Object.Rows) != 1 {
+					t.Fatalf("want one row per event, %s", where)
+				}
+				gr, wr := g.Object.Rows[0], w.Object.Rows[0]
+				if !bytes.Equal(gr.Object, wr.Object) || !bytes.Equal(gr.Conditions, wr.Conditions) || len(gr.Cells) != len(wr.Cells) {
+					t.Fatalf("row object, conditions or cell count differ, %s", where)
+				}
+				for c := range wr.Cells {
+					if bytes.Equal(gr.Cells[c], wr.Cells[c]) {
+						continue
+					}
+					gm, wm := ageCell.FindSubmatch(gr.Cells[c]), ageCell.FindSubmatch(wr.Cells[c])
+					if gm == nil || wm == nil {
+						t.Fatalf("cell %d differs, %s", c, where)
+					}
+					gs, _ := strconv.Atoi(string(gm[1]))
+					ws, _ := strconv.Atoi(string(wm[1]))
+					if gs-ws > 1 || ws-gs > 1 {
+						t.Fatalf("age cell %d: %ss through listproxy, %ss from the apiserver: more than the second between them, %s", c, gm[1], wm[1], where)
+					}
+				}
+			}
+		})
+	}
+}
