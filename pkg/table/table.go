@@ -1,7 +1,11 @@
 package table
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"math"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -39,13 +43,44 @@ type Rules struct {
 	// rows must be fed with includeObject=Object (Parse keeps only the
 	// metadata); otherwise includeObject=Metadata.
 	Object bool
+
+	kind kind
+	// age is the cell of metadata.creationTimestamp's Age (-1: none).
+	age int
+	// dates are a custom resource's date cells of
+	// .metadata.creationTimestamp.
+	dates []int
 }
+
+// kind is which rule reads the object beyond its Age.
+type kind uint8
+
+const (
+	kindMetadata kind = iota // Age at most
+	kindPod                  // Restarts
+	kindJob                  // Duration
+	kindCronJob              // Last Schedule
+	kindEvent                // core/v1 Last Seen, First Seen
+	kindEventsV1             // events.k8s.io/v1 Last Seen, First Seen
+	kindCustom               // date columns of .metadata.creationTimestamp
+)
 
 // For returns the rules of built-in resource gr on apiserver release
 // 1.minor, and false when its Tables are not served from snapshots: an
 // unknown release or resource, or a cell that depends on more than one
 // object (a page rule).
 func For(minor int, gr schema.GroupResource) (Rules, bool) {
+	if minor < minMinor || minor > maxMinor {
+		return Rules{}, false
+	}
+	for _, b := range builtins {
+		if b.gr != gr || minor < b.from || (b.to != 0 && minor > b.to) {
+			continue
+		}
+		r := Rules{kind: b.kind, age: b.age}
+		r.Object = b.kind != kindMetadata
+		return r, true
+	}
 	return Rules{}, false
 }
 
@@ -53,13 +88,50 @@ func For(minor int, gr schema.GroupResource) (Rules, bool) {
 // has the given printer columns (none: the apiserver's default Age
 // column), and false when a date column reads outside .metadata.
 func ForCustom(columns []Column) (Rules, bool) {
-	return Rules{}, false
+	if len(columns) == 0 {
+		columns = []Column{{Type: "date", JSONPath: ".metadata.creationTimestamp"}}
+	}
+	r := Rules{kind: kindCustom, age: -1}
+	for i, c := range columns {
+		if c.Type != "date" {
+			continue
+		}
+		if c.JSONPath != ".metadata.creationTimestamp" {
+			return Rules{}, false
+		}
+		// Cell 0 is the name; the columns follow in order.
+		r.dates = append(r.dates, i+1)
+	}
+	return r, true
 }
 
 // Row is where one stored row's clock cells and object lie in its bytes,
 // and the times its clock cells are relative to. It does not hold the
 // bytes (they are stored, and packed, beside it).
-type Row struct{}
+type Row struct {
+	// object is the object's JSON value in the stored bytes: a
+	// PartialObjectMetadata in meta.k8s.io/v1.
+	objectStart, objectEnd uint32
+	slots                  []slot
+}
+
+// slot is a clock-relative duration inside a cell: bytes [start, end) of
+// the stored row, rendered as the duration since the unix microsecond t.
+type slot struct {
+	start, end uint32
+	t          int64
+}
+
+// metadataPrefix is how a PartialObjectMetadata in meta.k8s.io/v1 starts
+// as the apiserver writes it; metadataGroupPrefix is its part before the
+// version.
+const (
+	metadataPrefix      = `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":`
+	metadataGroupPrefix = `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/`
+)
+
+// window is how long before received a row may have been rendered.
+const window = 5 * time.Second
 
 // Parse reads one row of a Table the apiserver rendered at about
 // received, as {"cells":[...][,"conditions":[...]],"object":{...}}. It
@@ -70,13 +142,166 @@ type Row struct{}
 // as raw is); and where its clock cells lie. Every clock cell must be
 // what the rule gives for a time in [received-5s, received]
 // (ErrMismatch otherwise).
+//
+// For a Metadata feed, stored is raw itself.
 func (r Rules) Parse(raw []byte, received time.Time) (stored, object []byte, row *Row, err error) {
-	return nil, nil, nil, errors.New("not implemented")
+	if len(raw) > math.MaxUint32 {
+		return nil, nil, nil, fmt.Errorf("%w: the row is too long", errSyntax)
+	}
+	l, err := scanRow(raw)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	object = raw[l.object.start:l.object.end]
+	wants, err := r.wants(object)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	row = &Row{}
+	for _, w := range wants {
+		if w.cell >= len(l.cells) {
+			return nil, nil, nil, fmt.Errorf("%w: cell %d: the row has %d cells", ErrMismatch, w.cell, len(l.cells))
+		}
+		c := l.cells[w.cell]
+		s, ok := w.check(raw[c.start:c.end], received)
+		if !ok {
+			return nil, nil, nil, fmt.Errorf("%w: cell %d is %s", ErrMismatch, w.cell, raw[c.start:c.end])
+		}
+		if w.clock {
+			row.slots = append(row.slots, slot{
+				start: uint32(c.start + s.start),
+				end:   uint32(c.start + s.end),
+				t:     w.t.UnixMicro(),
+			})
+		}
+	}
+	// Slots are in cell order.
+	slices.SortFunc(row.slots, func(a, b slot) int { return int(a.start) - int(b.start) })
+
+	stored = raw
+	if r.Object {
+		meta, err := findField(object, "metadata")
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		tail := raw[l.object.end:]
+		stored = make([]byte, 0, l.object.start+len(metadataPrefix)+meta.end-meta.start+1+len(tail))
+		stored = append(stored, raw[:l.object.start]...)
+		stored = append(stored, metadataPrefix...)
+		stored = append(stored, object[meta.start:meta.end]...)
+		stored = append(stored, '}')
+		row.objectStart = uint32(l.object.start)
+		row.objectEnd = uint32(len(stored))
+		stored = append(stored, tail...)
+	} else {
+		if !bytes.HasPrefix(object, []byte(metadataPrefix)) {
+			return nil, nil, nil, fmt.Errorf("%w: the object is not a PartialObjectMetadata in meta.k8s.io/v1", errSyntax)
+		}
+		row.objectStart, row.objectEnd = uint32(l.object.start), uint32(l.object.end)
+	}
+	return stored, object, row, nil
+}
+
+// wants is what the rules give for the row of object.
+func (r Rules) wants(object []byte) ([]want, error) {
+	var ws []want
+	var created time.Time
+	switch r.kind {
+	case kindMetadata, kindCustom:
+		var m metaFields
+		if err := decode(object, &m); err != nil {
+			return nil, err
+		}
+		created = m.Metadata.CreationTimestamp.Time
+	case kindPod:
+		var p podFields
+		if err := decode(object, &p); err != nil {
+			return nil, err
+		}
+		created = p.Metadata.CreationTimestamp.Time
+		ws = append(ws, podRestarts(&p))
+	case kindJob:
+		var j jobFields
+		if err := decode(object, &j); err != nil {
+			return nil, err
+		}
+		created = j.Metadata.CreationTimestamp.Time
+		ws = append(ws, jobDuration(&j))
+	case kindCronJob:
+		var c cronJobFields
+		if err := decode(object, &c); err != nil {
+			return nil, err
+		}
+		created = c.Metadata.CreationTimestamp.Time
+		ws = append(ws, cronJobLastSchedule(&c))
+	case kindEvent, kindEventsV1:
+		var e eventFields
+		if err := decode(object, &e); err != nil {
+			return nil, err
+		}
+		seen := eventSeen(&e, r.kind == kindEventsV1)
+		ws = append(ws, seen[:]...)
+	}
+	if r.age >= 0 {
+		ws = append(ws, since(r.age, created))
+	}
+	for _, cell := range r.dates {
+		w := since(cell, created)
+		w.missing = created.IsZero()
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
+
+// check reports whether cell, a JSON value, is what w gives for a time
+// in [received-window, received], and where the duration lies in it.
+func (w want) check(cell []byte, received time.Time) (span, bool) {
+	if !w.clock {
+		return span{}, string(cell) == w.fixed || (w.missing && string(cell) == "null")
+	}
+	inner := len(`"`) + len(w.prefix)
+	if len(cell) < inner+len(w.suffix)+len(`"`) ||
+		string(cell[:inner]) != `"`+w.prefix ||
+		string(cell[len(cell)-len(w.suffix)-1:]) != w.suffix+`"` {
+		return span{}, false
+	}
+	s := span{inner, len(cell) - len(w.suffix) - 1}
+	got := cell[s.start:s.end]
+	// HumanDuration depends on whole seconds only, so the values over
+	// the window are those of the whole seconds it spans.
+	t := time.UnixMicro(w.t.UnixMicro())
+	lo := received.Add(-window).Sub(t) / time.Second
+	hi := received.Sub(t) / time.Second
+	var buf [32]byte
+	for k := lo; k <= hi && k <= lo+2*window/time.Second; k++ {
+		if bytes.Equal(appendHumanDuration(buf[:0], k*time.Second), got) {
+			return s, true
+		}
+	}
+	return span{}, false
 }
 
 // Append appends the stored row to dst with its clock cells rendered for
 // now and its object as include asks, PartialObjectMetadata in
 // meta.k8s.io/groupVersion ("v1" or "v1beta1").
 func (row *Row) Append(dst, stored []byte, now time.Time, include IncludeObject, groupVersion string) []byte {
-	return dst
+	i := 0
+	for _, s := range row.slots {
+		dst = append(dst, stored[i:s.start]...)
+		dst = appendHumanDuration(dst, now.Sub(time.UnixMicro(s.t)))
+		i = int(s.end)
+	}
+	dst = append(dst, stored[i:row.objectStart]...)
+	switch {
+	case include == IncludeNone:
+		dst = append(dst, "null"...)
+	case groupVersion == "v1":
+		dst = append(dst, stored[row.objectStart:row.objectEnd]...)
+	default:
+		dst = append(dst, metadataGroupPrefix...)
+		dst = append(dst, groupVersion...)
+		dst = append(dst, `",`...)
+		dst = append(dst, stored[int(row.objectStart)+len(metadataPrefix)-len(`"metadata":`):row.objectEnd]...)
+	}
+	return append(dst, stored[row.objectEnd:]...)
 }
