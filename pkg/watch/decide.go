@@ -41,6 +41,9 @@ type Decision struct {
 	// sendInitialEvents and resourceVersionMatch, a watch-list only where
 	// the apiserver's WatchList feature is on (Target.WatchListDefaults).
 	Defaulted bool
+	// IncludeObject: the query has includeObject, which only a Table
+	// watch may carry.
+	IncludeObject bool
 	// Reason names the outcome for metrics.
 	Reason string
 }
@@ -107,6 +110,10 @@ func Decide(rawQuery string) Decision {
 			if _, err := time.ParseDuration(v); err != nil {
 				return pass("query")
 			}
+		case "includeObject":
+			// Read by collection.Parse for a Table; any other watch with
+			// it passes through (Handler.parse).
+			d.IncludeObject = true
 		case "labelSelector":
 			d.LabelSelector = v
 		case "fieldSelector":

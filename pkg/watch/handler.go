@@ -48,6 +48,9 @@ func (h *Handler) parse(r *http.Request) (d Decision, req collection.Request, re
 		return d, req, d.Reason, false
 	}
 	req, reason, ok = collection.Parse(r, h.stores, collection.Watch, d.LabelSelector, d.FieldSelector)
+	if ok && d.IncludeObject && req.Format != wire.Table {
+		return d, req, "query", false
+	}
 	return d, req, reason, ok
 }
 
