@@ -154,9 +154,16 @@ func run() error {
 		if err := cp.WriteKubeconfig(kubeconfig, listproxyURL, "", true); err != nil {
 			return err
 		}
-		// Fill the pods store now, so that the first command tried is
-		// answered from it rather than passed through while it syncs.
+		// Fill the pods stores (JSON and Table) now, so that the first
+		// command tried is answered from them rather than waiting for
+		// their first list.
 		if err := framework.WarmList(ctx, http.DefaultClient, listproxyURL, "/api/v1/pods"); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := framework.WarmTable(ctx, http.DefaultClient, listproxyURL, "/api/v1/pods"); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -206,8 +213,8 @@ func printTryThis(w io.Writer, kubeconfig, listproxyURL string) {
 	fmt.Fprintf(w, "  curl %s '%s' | grep -i x-listproxy-served-from\n", strings.Join(curl[:last], " "), curl[last])
 	fmt.Fprintf(w, "  # LISTs answered from snapshots (source=\"snapshot\") vs passed through (source=\"apiserver\"):\n")
 	fmt.Fprintf(w, "  curl -s %s/metrics | grep '%s'\n\n", listproxyURL, framework.QuickStartOffloadPattern)
-	fmt.Fprintf(w, "  # Passes through: plain 'kubectl get pods -A' (and -o wide) asks for a Table,\n")
-	fmt.Fprintf(w, "  # whose columns only the apiserver renders (README, \"What passes through\").\n")
+	fmt.Fprintf(w, "  # Passes through: a Table of whole objects ('kubectl get pods -A --sort-by=...')\n")
+	fmt.Fprintf(w, "  # and watches of Tables ('kubectl get pods -w'; README, \"What passes through\").\n")
 }
 
 // waitReady polls url until it answers 200, p exits, two minutes pass or ctx ends.

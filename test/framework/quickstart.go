@@ -14,7 +14,8 @@ import (
 // pages with limit=500). test/e2e's TestQuickStart runs them and checks that
 // they are.
 var QuickStartKubectl = [][]string{
-	{"get", "pods", "-A", "-o", "name"},
+	{"get", "pods", "-A"},
+	{"get", "pods", "-A", "-o", "wide", "--show-labels"},
 	{"get", "pods", "-A", "-o", "json"},
 }
 
@@ -37,13 +38,23 @@ const QuickStartOffloadPattern = `^listproxy_http_requests_total{.*verb="list"`
 // --cold-store-wait) and passes through past it (limit=1, no selector). It
 // gives up after a minute or when ctx ends.
 func WarmList(ctx context.Context, client *http.Client, baseURL, path string) error {
+	return warm(ctx, client, baseURL, path, "application/json")
+}
+
+// WarmTable is WarmList for the Table store of path's resource (what
+// plain kubectl get asks for).
+func WarmTable(ctx context.Context, client *http.Client, baseURL, path string) error {
+	return warm(ctx, client, baseURL, path, "application/json;as=Table;v=v1;g=meta.k8s.io")
+}
+
+func warm(ctx context.Context, client *http.Client, baseURL, path, accept string) error {
 	var last string
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, baseURL+path+"?resourceVersion=0&limit=1", nil)
 		if err != nil {
 			return false, err
 		}
-		req.Header.Set("Accept", "application/json")
+		req.Header.Set("Accept", accept)
 		resp, err := client.Do(req)
 		if err != nil {
 			last = err.Error()
