@@ -45,9 +45,9 @@ test-unit:
 	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/imports/
 
 # The e2e package runs in two parts, each under its own timeout: the watch,
-# replica and store-lifecycle tests, then everything else (with the chart,
-# framework and import tests).
-E2E_PART1 := ^(TestWatch|TestWarm|TestReplicas|TestDrain|TestManyWatchers|TestStalled|TestKubectlWait|TestAPIServerRestartMidWatch|TestOddResourceVersions|TestStore|TestLoad)
+# replica, store-lifecycle and Table tests, then everything else (with the
+# chart, framework and import tests).
+E2E_PART1 := ^(TestWatch|TestWarm|TestReplicas|TestDrain|TestManyWatchers|TestStalled|TestKubectlWait|TestAPIServerRestartMidWatch|TestOddResourceVersions|TestStore|TestLoad|TestTable)
 
 test-e2e:
 	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 20m -run '$(E2E_PART1)' ./test/e2e/
@@ -55,8 +55,9 @@ test-e2e:
 
 # The e2e tests whose answers depend most on the apiserver's version: the
 # differential and linearizability checks, paging and continue tokens, bad
-# input, informers, and watch serving.
-COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestWatchThroughListproxy|TestKubectlThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestDiscoveryFollowsCRDs|TestWatchFollowsFeatureGates|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode|TestOddResourceVersions|TestWatchBookmarksDifferential)$$
+# input, informers, watch serving, and Tables (whose printers change with
+# the release).
+COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestWatchThroughListproxy|TestKubectlThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestDiscoveryFollowsCRDs|TestWatchFollowsFeatureGates|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode|TestOddResourceVersions|TestWatchBookmarksDifferential|TestTableDifferential|TestTableKubectl)$$
 
 ## test-compat: the version-sensitive e2e tests against KUBE_COMPAT_VERSION
 test-compat:
