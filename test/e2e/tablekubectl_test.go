@@ -94,7 +94,8 @@ func kubectlVerbose(t *testing.T, k kubectlRunner, args ...string) (string, stri
 }
 
 var (
-	kubectlRequestURL = regexp.MustCompile(`"Request" verb="GET" url="([^"]+)"`)
+	// kubectl's -v=8 request line: structured (1.32 on) or plain (1.31).
+	kubectlRequestURL = regexp.MustCompile(`"Request" verb="GET" url="([^"]+)"|\] GET (\S+)`)
 	kubectlServedFrom = regexp.MustCompile(headerServedFrom + `: (\S+)`)
 )
 
@@ -106,9 +107,9 @@ func kubectlServed(t *testing.T, log string) [][2]string {
 	var path string
 	for _, line := range strings.Split(log, "\n") {
 		if m := kubectlRequestURL.FindStringSubmatch(line); m != nil {
-			u, err := url.Parse(m[1])
+			u, err := url.Parse(m[1] + m[2])
 			if err != nil {
-				t.Fatalf("kubectl request URL %q: %v", m[1], err)
+				t.Fatalf("kubectl request URL %q: %v", m[1]+m[2], err)
 			}
 			path = u.Path
 		} else if m := kubectlServedFrom.FindStringSubmatch(line); m != nil {
