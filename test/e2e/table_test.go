@@ -331,9 +331,8 @@ func spliceTable(lp, api tableAnswer, frac *clockCells, ignoreMore bool, stats *
 		return lp.body, fmt.Sprintf("apiserver body: %v", err)
 	}
 	type repl struct {
-		at     span
-		with   []byte
-		column string
+		at   span
+		with []byte
 	}
 	var repls []repl
 	var diffs []string

@@ -115,15 +115,12 @@ func seedTableWorld(t *testing.T, cp *framework.ControlPlane) tableWorld {
 		{Name: "setup", Image: "busybox"},
 		{Name: "sidecar", Image: "busybox", RestartPolicy: &always},
 	}
-	pods = append(pods, withInit)
-	for _, p := range []*corev1.Pod{
+	pods = append(pods, withInit,
 		pod(tableNSA, "restarted-0", "node-0", map[string]string{"app": "web"}),
 		pod(tableNSB, "restarted-1", "node-2", map[string]string{"app": "worker"}),
 		pod(tableNSA, "done-0", "node-1", map[string]string{"app": "job"}),
 		pod(tableNSB, "failed-0", "node-2", map[string]string{"app": "job"}),
-	} {
-		pods = append(pods, p)
-	}
+	)
 	for _, p := range pods {
 		_, err := cs.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 		mustCreate("pod "+p.Name, err)
