@@ -11,7 +11,7 @@ KUBE_VERSION ?= $(shell awk '$$1 == "default" {print $$2}' hack/kube-versions)
 KUBE_COMPAT_VERSION ?= $(shell awk '$$1 == "compat" {print $$2}' hack/kube-versions)
 export KUBE_VERSION
 
-.PHONY: all build deps control-plane control-plane-compat prometheus run test test-unit test-e2e test-compat verify bench fuzz soak clean
+.PHONY: all build deps control-plane control-plane-compat prometheus run test test-unit test-table-oracle test-e2e test-compat verify bench fuzz soak clean
 
 all: build
 
@@ -41,8 +41,14 @@ run: control-plane build
 ## test: unit tests with -race, e2e against the KUBE_VERSION control plane, then the compatibility stage against KUBE_COMPAT_VERSION
 test: deps test-unit test-e2e test-compat
 
-test-unit:
+test-unit: test-table-oracle
 	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/imports/
+
+# pkg/table against the apiserver's own printers of each pinned release,
+# linked only into these test modules.
+test-table-oracle:
+	cd hack/tableoracle/kube-1.37 && $(GO) test -count=1 ./...
+	cd hack/tableoracle/kube-1.31 && $(GO) test -count=1 ./...
 
 # The e2e package runs in two parts, each under its own timeout: the watch,
 # replica, store-lifecycle and Table tests, then everything else (with the

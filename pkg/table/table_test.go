@@ -385,11 +385,13 @@ func rowCases() []rowCase {
 			cells:  func(now time.Time) []string { return []string{`"cm"`, jsonCell(ago(created, now))} },
 		},
 		{
-			name: "custom resource with a date column among others",
-			rules: mustForCustom([]Column{{Type: "string", JSONPath: ".spec.a"}, {Type: "date", JSONPath: ".metadata.creationTimestamp"}, {Type: "integer", JSONPath: ".spec.n"}}),
+			name:   "custom resource with a date column among others",
+			rules:  mustForCustom([]Column{{Type: "string", JSONPath: ".spec.a"}, {Type: "date", JSONPath: ".metadata.creationTimestamp"}, {Type: "integer", JSONPath: ".spec.n"}}),
 			meta:   cmMeta(`"` + created + `"`),
 			object: partial("v1", cmMeta(`"`+created+`"`)),
-			cells:  func(now time.Time) []string { return []string{`"cm"`, `"\u003cx\u003e"`, jsonCell(ago(created, now)), `null`} },
+			cells: func(now time.Time) []string {
+				return []string{`"cm"`, `"\u003cx\u003e"`, jsonCell(ago(created, now)), `null`}
+			},
 		},
 	}
 }
