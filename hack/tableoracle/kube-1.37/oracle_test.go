@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	api "k8s.io/kubernetes/pkg/apis/core"
 	"k8s.io/kubernetes/pkg/printers"
 	printersinternal "k8s.io/kubernetes/pkg/printers/internalversion"
 
@@ -226,6 +227,9 @@ func TestOracle(t *testing.T) {
 				o := reflect.New(typ)
 				f.fill(o.Elem(), 0)
 				obj := o.Interface().(metav1.Object)
+				if pod, ok := obj.(*api.Pod); ok {
+					shapePod(f, pod)
+				}
 				var feed []byte
 				if gv.Version != "" {
 					ext, err := legacyscheme.Scheme.ConvertToVersion(o.Interface().(runtime.Object), gv)
@@ -355,4 +359,22 @@ func defaultCases(t *testing.T, f *filler) []*pending {
 		ps = append(ps, p)
 	}
 	return ps
+}
+
+// shapePod makes a filled pod's statuses name its containers, so that the
+// Restarts rule's branches (restartable init containers, initializing or
+// not) are all taken.
+func shapePod(f *filler, pod *api.Pod) {
+	for i := range pod.Spec.InitContainers {
+		pod.Spec.InitContainers[i].Name = fmt.Sprintf("init-%d", i)
+		if f.r.Intn(2) == 0 {
+			always := api.ContainerRestartPolicyAlways
+			pod.Spec.InitContainers[i].RestartPolicy = &always
+		}
+	}
+	for i := range pod.Status.InitContainerStatuses {
+		if f.r.Intn(4) > 0 {
+			pod.Status.InitContainerStatuses[i].Name = fmt.Sprintf("init-%d", f.r.Intn(3))
+		}
+	}
 }
