@@ -47,9 +47,9 @@ type Rules struct {
 	kind kind
 	// age is the cell of metadata.creationTimestamp's Age (-1: none).
 	age int
-	// dates are a custom resource's date cells of
-	// .metadata.creationTimestamp.
-	dates []int
+	// dates has bit i set when cell i is a custom resource's date
+	// column of .metadata.creationTimestamp (Rules stay comparable).
+	dates uint64
 }
 
 // kind is which rule reads the object beyond its Age.
@@ -96,11 +96,11 @@ func ForCustom(columns []Column) (Rules, bool) {
 		if c.Type != "date" {
 			continue
 		}
-		if c.JSONPath != ".metadata.creationTimestamp" {
+		// Cell 0 is the name; the columns follow in order.
+		if c.JSONPath != ".metadata.creationTimestamp" || i+1 >= 64 {
 			return Rules{}, false
 		}
-		// Cell 0 is the name; the columns follow in order.
-		r.dates = append(r.dates, i+1)
+		r.dates |= 1 << (i + 1)
 	}
 	return r, true
 }
@@ -245,7 +245,10 @@ func (r Rules) wants(object []byte) ([]want, error) {
 	if r.age >= 0 {
 		ws = append(ws, since(r.age, created))
 	}
-	for _, cell := range r.dates {
+	for cell := range 64 {
+		if r.dates&(1<<cell) == 0 {
+			continue
+		}
 		w := since(cell, created)
 		w.missing = created.IsZero()
 		ws = append(ws, w)
