@@ -270,10 +270,11 @@ func (l *Lists) estimateWeight(req listRequest, d paging.Decision, token paging.
 	return items * (snap.Bytes() / objects)
 }
 
-// pageLimit is the most items a page holds; 0 is no limit. Upstream ignores
-// limit for resourceVersion="0"; LimitForRV0 honours it.
+// pageLimit is the most items a page holds; 0 is no limit. Upstream's
+// watch cache ignores limit for resourceVersion="0" (LimitForRV0 honours
+// it); a resource without one is read from etcd, which honours it.
 func (l *Lists) pageLimit(req listRequest, d paging.Decision) int {
-	if d.Action == paging.ServeLatest && !l.cfg.LimitForRV0 {
+	if d.Action == paging.ServeLatest && !l.cfg.LimitForRV0 && !req.Resource.NoWatchCache {
 		return 0
 	}
 	return int(req.query.limit)

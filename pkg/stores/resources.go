@@ -38,6 +38,11 @@ type Resource struct {
 	// built-in API deprecated in the apiserver's release).
 	Warnings []string
 	Fields   SelectableFields
+	// NoWatchCache: the apiserver has no watch cache for the resource by
+	// default (events, whose --watch-cache-sizes default is 0), so it
+	// reads even resourceVersion="0" LISTs from etcd and honours their
+	// limit.
+	NoWatchCache bool
 	// Table is how the resource's Table rows are served on the
 	// apiserver's release; TableServed is false when they pass through
 	// (an unknown release or resource, a page rule, a custom resource's
@@ -207,6 +212,7 @@ func (r *catalog) cacheable(lists []*metav1.APIResourceList, crds map[schema.Gro
 				info.Warnings = builtinDeprecation(gv.WithKind(res.Kind), major, minor)
 			}
 			info.Fields = fieldsFor(gvr.GroupResource(), custom, res.Namespaced, crd.selectable)
+			info.NoWatchCache = !custom && noWatchCache[gvr.GroupResource()]
 			switch {
 			case custom:
 				info.Table, info.TableServed = table.ForCustom(crd.columns)
@@ -220,6 +226,14 @@ func (r *catalog) cacheable(lists []*metav1.APIResourceList, crds map[schema.Gro
 		}
 	}
 	return next
+}
+
+// noWatchCache are the built-in resources the apiserver keeps no watch
+// cache of by default (k8s.io/kubernetes pkg/kubeapiserver
+// DefaultWatchCacheSizes).
+var noWatchCache = map[schema.GroupResource]bool{
+	{Resource: "events"}:                         true,
+	{Group: "events.k8s.io", Resource: "events"}: true,
 }
 
 type crdVersion struct {

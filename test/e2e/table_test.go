@@ -30,8 +30,9 @@ import (
 
 // expectTablesServed turns the served-from columns on: while false, every
 // Table LIST must pass through (X-Listproxy-Served-From: apiserver), and
-// the columns document what listproxy is to serve from snapshots.
-var expectTablesServed = false
+// the columns document what listproxy is to serve from snapshots. A
+// mutant that serves nothing fails with it on.
+const expectTablesServed = true
 
 // Table media types: each group version alone, and what kubectl sends.
 const (
@@ -86,6 +87,9 @@ type tableTarget struct {
 	full bool
 	// fractional: cells compared by the window rule.
 	fractional *clockCells
+	// objectFields are field selectors on more than metadata of a resource
+	// whose Table store holds rows with metadata only: they pass through.
+	objectFields map[string]bool
 }
 
 func tableTargets(w tableWorld) []tableTarget {
@@ -109,8 +113,8 @@ func tableTargets(w tableWorld) []tableTarget {
 		{name: "roles", path: "/apis/rbac.authorization.k8s.io/v1/roles", snapshot: allReleases, labels: []string{"", "tbl=yes"}},
 		{name: "clusterroles", path: "/apis/rbac.authorization.k8s.io/v1/clusterroles", snapshot: allReleases, labels: []string{"", "idx!=1"}, walkLabel: "tbl=yes"},
 		{name: "configmaps", path: "/api/v1/configmaps", snapshot: allReleases, labels: []string{"", "idx in (0,2)"}},
-		{name: "namespaces", path: "/api/v1/namespaces", snapshot: allReleases, labels: []string{"", "team=1"}, fields: []string{"", "status.phase=Active"}},
-		{name: "services", path: "/api/v1/services", snapshot: allReleases, fields: []string{"", "spec.type=ClusterIP"}},
+		{name: "namespaces", path: "/api/v1/namespaces", snapshot: allReleases, labels: []string{"", "team=1"}, fields: []string{"", "status.phase=Active"}, objectFields: map[string]bool{"status.phase=Active": true}},
+		{name: "services", path: "/api/v1/services", snapshot: allReleases, fields: []string{"", "spec.type=ClusterIP"}, objectFields: map[string]bool{"spec.type=ClusterIP": true}},
 		{name: "deployments", path: "/apis/apps/v1/deployments", snapshot: allReleases},
 		// 1.37 marks the default class per page.
 		{name: "storageclasses", path: "/apis/storage.k8s.io/v1/storageclasses", snapshot: releasesBefore(37)},
@@ -247,6 +251,18 @@ type tableMeta struct {
 	} `json:"columnDefinitions"`
 }
 
+// isTableList reports whether body is a Table LIST response in JSON.
+func isTableList(body []byte) bool { return bytes.HasPrefix(body, []byte(`{"kind":"Table",`)) }
+
+func equalCount(a, b *int64) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+func countString(n *int64) string {
+	if n == nil {
+		return "unset"
+	}
+	return strconv.FormatInt(*n, 10)
+}
+
 func decodeTableMeta(body []byte) tableMeta {
 	var m tableMeta
 	_ = json.Unmarshal(body, &m) // a body that is not a Table has none
@@ -304,7 +320,9 @@ func compareTable(lp, api tableAnswer, frac *clockCells, ignoreMore bool, stats 
 		diffs = append(diffs, fmt.Sprintf("Content-Type %q, apiserver %q", got, want))
 	}
 	lpBody := lp.body
-	if lp.code == http.StatusOK && api.code == http.StatusOK && (frac != nil || ignoreMore) {
+	// Continue tokens are each side's own (listproxy seals its own): their
+	// presence is compared, and the apiserver's metadata is spliced in.
+	if lp.code == http.StatusOK && api.code == http.StatusOK && isTableList(lp.body) && isTableList(api.body) {
 		var d string
 		lpBody, d = spliceTable(lp, api, frac, ignoreMore, stats)
 		if d != "" {
@@ -336,13 +354,19 @@ func spliceTable(lp, api tableAnswer, frac *clockCells, ignoreMore bool, stats *
 	}
 	var repls []repl
 	var diffs []string
-	if ignoreMore {
-		lm, am := decodeTableMeta(lp.body).Metadata, decodeTableMeta(api.body).Metadata
-		if lm.ResourceVersion != am.ResourceVersion {
-			diffs = append(diffs, fmt.Sprintf("resourceVersion %s, apiserver %s", lm.ResourceVersion, am.ResourceVersion))
-		}
-		repls = append(repls, repl{at: lpSpans.metadata, with: api.body[apiSpans.metadata.start:apiSpans.metadata.end]})
+	lm, am := decodeTableMeta(lp.body).Metadata, decodeTableMeta(api.body).Metadata
+	if lm.ResourceVersion != am.ResourceVersion {
+		diffs = append(diffs, fmt.Sprintf("resourceVersion %s, apiserver %s", lm.ResourceVersion, am.ResourceVersion))
 	}
+	if !ignoreMore {
+		if (lm.Continue == "") != (am.Continue == "") {
+			diffs = append(diffs, fmt.Sprintf("continue present %v, apiserver %v", lm.Continue != "", am.Continue != ""))
+		}
+		if !equalCount(lm.RemainingItemCount, am.RemainingItemCount) {
+			diffs = append(diffs, fmt.Sprintf("remainingItemCount %v, apiserver %v", countString(lm.RemainingItemCount), countString(am.RemainingItemCount)))
+		}
+	}
+	repls = append(repls, repl{at: lpSpans.metadata, with: api.body[apiSpans.metadata.start:apiSpans.metadata.end]})
 	if frac != nil {
 		lpCells, err := fracCells(lp.body, lpSpans, frac)
 		if err != nil {
@@ -671,7 +695,11 @@ func TestTableDifferential(t *testing.T) {
 				failures := 0
 				for _, req := range tableMatrix(tg) {
 					req.rv = rv
-					got, failure := checkTableRequest(ctx, lpc, apic, tg, req, wantFrom, &stats)
+					want := wantFrom
+					if tg.objectFields[req.field] {
+						want = "apiserver"
+					}
+					got, failure := checkTableRequest(ctx, lpc, apic, tg, req, want, &stats)
 					if failure != "" {
 						t.Errorf("%s %s: %s", tg.path, req, failure)
 						if failures++; failures == 5 {
@@ -745,7 +773,8 @@ func TestTableDifferential(t *testing.T) {
 			{name: "protobuf", query: url.Values{"limit": {"500"}}, accept: "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io", wantCode: http.StatusNotAcceptable, servedFrom: "apiserver"},
 			{name: "pretty user agent", query: url.Values{"limit": {"500"}}, accept: acceptTableKubectl, userAgent: "curl/8.5.0", wantCode: http.StatusOK, servedFrom: "apiserver"},
 			{name: "pretty=true", query: url.Values{"limit": {"500"}, "pretty": {"true"}}, accept: acceptTableKubectl, wantCode: http.StatusOK, servedFrom: "apiserver"},
-			{name: "watch", query: url.Values{"watch": {"true"}, "resourceVersion": {rv}, "timeoutSeconds": {"1"}}, accept: acceptTableKubectl, wantCode: http.StatusOK, servedFrom: "apiserver"},
+			{name: "watch_served", query: url.Values{"watch": {"true"}, "resourceVersion": {rv}, "timeoutSeconds": {"1"}}, accept: acceptTableKubectl, wantCode: http.StatusOK, servedFrom: "snapshot"},
+			{name: "watch_with_bookmarks", query: url.Values{"watch": {"true"}, "resourceVersion": {rv}, "timeoutSeconds": {"1"}, "allowWatchBookmarks": {"true"}}, accept: acceptTableKubectl, wantCode: http.StatusOK, servedFrom: "apiserver"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				hdr := http.Header{"Accept": {tc.accept}}
@@ -774,6 +803,12 @@ func TestTableDifferential(t *testing.T) {
 				}
 				if got := lp.header.Get(headerServedFrom); got != tc.servedFrom {
 					t.Errorf("%s %q, want %q", headerServedFrom, got, tc.servedFrom)
+				}
+				if tc.query.Get("watch") != "" {
+					// Watches are compared event by event in
+					// TestTableWatchDifferential; a bookmark's timing is
+					// the apiserver's own.
+					return
 				}
 				if d := compareTable(lp, api, nil, false, &stats); d != "" {
 					t.Errorf("listproxy differs from the apiserver: %s", d)
