@@ -21,6 +21,7 @@ import (
 	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
 )
 
 // inflightStep either enqueues a response (enqueue, weight) or releases an
@@ -353,7 +354,10 @@ func TestEstimateWeight(t *testing.T) {
 		action      paging.Action
 		token       paging.Token
 		limitForRV0 bool
-		want        int64
+		// noWatchCache: a resource the apiserver reads from etcd even at
+		// resourceVersion "0" (events).
+		noWatchCache bool
+		want         int64
 	}{
 		{name: "full_list_is_exact", action: paging.ServeConsistent, want: 1000},
 		{name: "namespace", namespace: "a", action: paging.ServeConsistent, want: 3 * mean},
@@ -362,12 +366,14 @@ func TestEstimateWeight(t *testing.T) {
 		{name: "rest_of_a_continued_list", action: paging.ServeContinue, token: paging.Token{Total: 4, Returned: 3}, want: mean},
 		{name: "limit_for_rv0", limit: 1, action: paging.ServeLatest, limitForRV0: true, want: mean},
 		{name: "limit_ignored_for_rv0", limit: 1, action: paging.ServeLatest, want: 1000},
+		{name: "limit_for_rv0_without_watch_cache", limit: 1, action: paging.ServeLatest, noWatchCache: true, want: mean},
 		{name: "selectors_decide", selectors: true, action: paging.ServeConsistent, want: -1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Lists{cfg: Config{LimitForRV0: tc.limitForRV0}}
-			req := listRequest{Request: collection.Request{Path: collection.Path{Namespace: tc.namespace}, Selective: tc.selectors}, query: listQuery{limit: tc.limit}}
+			res := &stores.Resource{NoWatchCache: tc.noWatchCache}
+			req := listRequest{Request: collection.Request{Path: collection.Path{Namespace: tc.namespace}, Resource: res, Selective: tc.selectors}, query: listQuery{limit: tc.limit}}
 			if got := l.estimateWeight(req, paging.Decision{Action: tc.action}, tc.token, snap); got != tc.want {
 				t.Errorf("estimateWeight = %d, want %d", got, tc.want)
 			}
