@@ -35,6 +35,9 @@ type StaticStore struct {
 	Envelope wire.ListEnvelope
 	// Bytes is what the store holds as last published (MaxStoreBytes).
 	Bytes int64
+	// TableHead is the head of a Table store's responses (format
+	// wire.Table); its entries' Extra are *TableRow.
+	TableHead *TableHead
 }
 
 // NewStatic returns a registry that knows resources (and those of stores)
@@ -70,6 +73,10 @@ func NewStatic(ctx context.Context, cfg Config, resources []*Resource, stores ..
 		e := &storeEntry{store: s.Store, info: s.Resource, source: &apiSource{format: s.Format}, started: reg.clock.Now()}
 		e.ctx, e.cancel = context.WithCancel(ctx)
 		e.source.envelope.Store(&s.Envelope)
+		if s.TableHead != nil {
+			e.source.table = &tableFeed{rules: s.Resource.Table}
+			e.source.table.head.Store(s.TableHead)
+		}
 		e.prover = freshness.NewProver(e.ctx, freshness.ProverConfig{Store: s.Store, Resource: s.Resource.GVR.GroupResource().String()})
 		e.bytes.Store(s.Bytes)
 		e.lastUsed.Store(reg.clock.Now().UnixNano())
