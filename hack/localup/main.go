@@ -213,8 +213,9 @@ func printTryThis(w io.Writer, kubeconfig, listproxyURL string) {
 	fmt.Fprintf(w, "  curl %s '%s' | grep -i x-listproxy-served-from\n", strings.Join(curl[:last], " "), curl[last])
 	fmt.Fprintf(w, "  # LISTs answered from snapshots (source=\"snapshot\") vs passed through (source=\"apiserver\"):\n")
 	fmt.Fprintf(w, "  curl -s %s/metrics | grep '%s'\n\n", listproxyURL, framework.QuickStartOffloadPattern)
+	fmt.Fprintf(w, "  # Also from snapshots: 'kubectl get pods -A -w' (a Table watch).\n")
 	fmt.Fprintf(w, "  # Passes through: a Table of whole objects ('kubectl get pods -A --sort-by=...')\n")
-	fmt.Fprintf(w, "  # and watches of Tables ('kubectl get pods -w'; README, \"What passes through\").\n")
+	fmt.Fprintf(w, "  # (README, \"What passes through\").\n")
 }
 
 // waitReady polls url until it answers 200, p exits, two minutes pass or ctx ends.
