@@ -17,9 +17,9 @@ import (
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
-// ReasonTableColumns: a Table page holds rows rendered with columns other
-// than the resource's latest (a CRD's printer columns changed and the
-// store has not relisted yet): pass through.
+// ReasonTableColumns is why a Table page passes through when it holds rows
+// rendered under other columns than the resource's latest (a CRD's
+// printer columns changed and the store has not relisted yet).
 const ReasonTableColumns Reason = "table_columns"
 
 // respondTable writes a Table page from stored rows, each with its clock

@@ -30,8 +30,9 @@ import (
 // resource change with its CRD, and a response never mixes rows of two
 // column sets.
 
-// ReasonTableRefused: the resource's Table rows did not follow listproxy's
-// rules on this apiserver lately; its Table reads pass through.
+// ReasonTableRefused is why a Table read passes through when the
+// resource's Table rows did not follow listproxy's rules on this
+// apiserver lately.
 const ReasonTableRefused = "table_refused"
 
 // tableRefusal is how long a resource's Tables pass through after a row

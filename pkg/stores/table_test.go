@@ -71,7 +71,7 @@ func TestTableWatchColumnsChanged(t *testing.T) {
 			if len(got) != len(tc.wantTypes) {
 				t.Fatalf("events %v, want %v", got, tc.wantTypes)
 			}
-			if tc.wantErr == snapshot.ErrGone && string(feed.columns().JSON) != other {
+			if errors.Is(tc.wantErr, snapshot.ErrGone) && string(feed.columns().JSON) != other {
 				t.Errorf("columns after the change = %s, want the new ones", feed.columns().JSON)
 			}
 		})

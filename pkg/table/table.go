@@ -23,9 +23,9 @@ const (
 	IncludeNone
 )
 
-// ErrMismatch: a clock cell the apiserver rendered is not what the rule
-// gives for the time the row was received; the resource's rules do not
-// hold for this apiserver.
+// ErrMismatch is returned when a clock cell the apiserver rendered is not
+// what the rule gives for the time the row was received: the resource's
+// rules do not hold for this apiserver.
 var ErrMismatch = errors.New("table cell does not follow its rule")
 
 // Column is what Rules need of a custom resource's printer column

@@ -134,8 +134,8 @@ type TableTarget struct {
 	Columns *stores.TableColumns
 }
 
-// ReasonTableWatch: a watch of Table rows that is not a plain watch from
-// a resourceVersion without bookmarks.
+// ReasonTableWatch is why a watch of Table rows passes through when it is
+// not a plain watch from a resourceVersion without bookmarks.
 const ReasonTableWatch = "table_watch"
 
 // Server serves watches from snapshot stores.
