@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,6 +56,9 @@ func TestBookmarkNeverOvertakesEvents(t *testing.T) {
 				defer func(d *wire.WatchDecoder) { _ = d.Close() }(decoders[i])
 			}
 
+			// progress is each reader's newest bookmark, and whether it
+			// stopped reading.
+			progress := make([]readerProgress, watchers)
 			stop := make(chan struct{})
 			var writes sync.WaitGroup
 			writes.Add(1)
@@ -71,6 +75,14 @@ func TestBookmarkNeverOvertakesEvents(t *testing.T) {
 						app = "b" // transitions: ADDED and DELETED for the selector
 					}
 					store.Apply(snapshot.Change{Entry: widget(fmt.Sprintf("w%d", rv%7), rv, app)}, rv)
+					if !tc.deadline && rv%500 == 0 {
+						// A watcher bookmarks only once it has read every
+						// change; under writes without a pause it may
+						// never have. Every 500 writes, the writes wait
+						// for each reader's bookmark at rv (a bookmark
+						// timer firing while nothing is written).
+						waitForBookmarks(progress, rv, stop)
+					}
 				}
 			}()
 
@@ -80,11 +92,12 @@ func TestBookmarkNeverOvertakesEvents(t *testing.T) {
 				violations []string
 				bookmarks  int
 			)
-			for _, d := range decoders {
+			for i, d := range decoders {
 				readers.Add(1)
 				go func() {
 					defer readers.Done()
-					bad, n := checkBookmarkOrder(d, limit)
+					defer progress[i].done.Store(true)
+					bad, n := checkBookmarkOrder(d, limit, &progress[i].bookmarkRV)
 					mu.Lock()
 					defer mu.Unlock()
 					violations = append(violations, bad...)
@@ -134,7 +147,39 @@ func TestBookmarkNeverOvertakesEvents(t *testing.T) {
 // checkBookmarkOrder reads d until it ends or limit (< 0: no limit) events
 // were read, and returns the events that arrived after a bookmark at or
 // past their resourceVersion, and how many bookmarks arrived.
-func checkBookmarkOrder(d *wire.WatchDecoder, limit int) (violations []string, bookmarks int) {
+// readerProgress is what a reader of TestBookmarkNeverOvertakesEvents
+// shows its writer.
+type readerProgress struct {
+	bookmarkRV atomic.Uint64
+	done       atomic.Bool
+}
+
+// waitForBookmarks waits until every reader still reading has had a
+// bookmark at rv or later, or stop is closed.
+func waitForBookmarks(progress []readerProgress, rv uint64, stop <-chan struct{}) {
+	for {
+		caught := true
+		for i := range progress {
+			if !progress[i].done.Load() && progress[i].bookmarkRV.Load() < rv {
+				caught = false
+			}
+		}
+		if caught {
+			return
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+}
+
+// checkBookmarkOrder reads limit events (every event with limit -1) and
+// returns the events that came after a bookmark at or past their
+// resourceVersion, and how many bookmarks came; bookmarkRV is the newest
+// bookmark's, as it comes.
+func checkBookmarkOrder(d *wire.WatchDecoder, limit int, bookmarkRVSeen *atomic.Uint64) (violations []string, bookmarks int) {
 	var bookmarkRV uint64
 	for i := 0; limit < 0 || i < limit; i++ {
 		ev, err := d.Next()
@@ -148,6 +193,7 @@ func checkBookmarkOrder(d *wire.WatchDecoder, limit int) (violations []string, b
 		if ev.Type == wire.Bookmark {
 			bookmarks++
 			bookmarkRV = max(bookmarkRV, rv)
+			bookmarkRVSeen.Store(bookmarkRV)
 			continue
 		}
 		if rv <= bookmarkRV {
