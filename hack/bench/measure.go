@@ -50,7 +50,8 @@ type request struct {
 // result is one response.
 type result struct {
 	status       int
-	bytes        int64 // body bytes on the wire (compressed when gzipped)
+	bytes        int64     // body bytes on the wire (compressed when gzipped)
+	at           time.Time // when the request was sent
 	dur          time.Duration
 	servedFrom   string
 	fromSnapshot bool
@@ -87,7 +88,7 @@ func (t *target) do(ctx context.Context, req request) (result, error) {
 	} else {
 		res.bytes, err = io.Copy(io.Discard, resp.Body)
 	}
-	res.dur = time.Since(begin)
+	res.at, res.dur = begin, time.Since(begin)
 	if err != nil {
 		return result{}, fmt.Errorf("%s GET %s: read body: %w", t.name, req.path, err)
 	}

@@ -26,6 +26,7 @@ type report struct {
 	Steady      *steadyResult      `json:"steady,omitempty"`
 	NodeAgents  *nodeAgentsResult  `json:"node_agents,omitempty"`
 	Rollout     *rolloutResult     `json:"rollout,omitempty"`
+	Table       *tableResult       `json:"table,omitempty"`
 	// SlowWatchLists is the informer storm's memory line.
 	SlowWatchLists *slowWatchListsResult `json:"slow_watch_lists,omitempty"`
 }
@@ -335,6 +336,9 @@ func (r *report) markdown() string {
 			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
 		}
 	}
+	if r.Table != nil {
+		b.WriteString(r.Table.markdown())
+	}
 	if ro := r.Rollout; ro != nil {
 		fmt.Fprintf(&b, "\n| rolling restart of %d replicas, %d informers + %d walkers, over %s | apiserver+etcd CPU | walks | walks cut short | pages not from snapshots |\n",
 			ro.Replicas, ro.Informers, ro.Walkers, ms(float64(ro.Seconds)))
@@ -391,6 +395,13 @@ func (r *report) missed() []string {
 		for _, c := range r.SlowWatchLists.Checks {
 			if !c.Met {
 				out = append(out, fmt.Sprintf("storm, slow watch-lists: %s %s, got %s", c.Name, c.Want, c.Text))
+			}
+		}
+	}
+	if r.Table != nil && r.Table.Feed != nil {
+		for _, c := range r.Table.Feed.Checks {
+			if !c.Met {
+				out = append(out, fmt.Sprintf("table, feed: %s %s, got %s", c.Name, c.Want, c.Text))
 			}
 		}
 	}

@@ -32,6 +32,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"walk", b.walks},
 		{"firstpage", b.firstPage},
 		{"nodename", b.nodeName},
+		{"table", b.table},
 		{"consistent", b.consistent},
 		{"storm", b.informerStorm},
 		{"steady", b.steady},

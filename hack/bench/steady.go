@@ -269,12 +269,18 @@ loop:
 // openStream starts a JSON watch and returns its response once the head
 // arrived.
 func openStream(ctx context.Context, t *target, path string) (*http.Response, error) {
+	return openStreamAs(ctx, t, path, acceptJSON)
+}
+
+// openStreamAs starts a watch asking for accept and returns its response
+// once the head arrived.
+func openStreamAs(ctx context.Context, t *target, path, accept string) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("User-Agent", userAgent)
-	req.Header.Set("Accept", acceptJSON)
+	req.Header.Set("Accept", accept)
 	if t.token != "" {
 		req.Header.Set("Authorization", "Bearer "+t.token)
 	}
