@@ -31,10 +31,19 @@ const tablePath = "/api/v1/pods?limit=500"
 // measurement sends, at BENCH_WRITE_RATE.
 const tableFeedWrites = 2000
 
-// tableFeedWatches is how many watches of one kind the harness opens at
-// the apiserver to measure what one watch costs per change: enough that
-// their cost stands out of the writes' own.
-const tableFeedWatches = 8
+// tableFeedTableWatches and tableFeedJSONWatches are how many watches of
+// each kind the harness opens at the apiserver to measure what one costs
+// per change: enough that their cost stands out of the writes' own (about
+// 10 ms of apiserver+etcd CPU per write at 1.37.2); a JSON watcher costs
+// the least, so there are more of them.
+const (
+	tableFeedTableWatches = 8
+	tableFeedJSONWatches  = 64
+)
+
+// tableFeedCycles is how many times the phases after the Table store's
+// start alternate, tableFeedWrites/tableFeedCycles writes each time.
+const tableFeedCycles = 3
 
 // tableResult is the Table scenario's report beyond its rows.
 type tableResult struct {
@@ -66,6 +75,10 @@ type tableFeedPhase struct {
 	Name      string `json:"name"`
 	Writes    int    `json:"writes"`
 	WriteRate num    `json:"writes_per_s"`
+	// CPUSeconds and Seconds are the phase's apiserver+etcd CPU (net of
+	// idle) and wall time, over all its intervals.
+	CPUSeconds float64 `json:"apiserver_cpu_s"`
+	Seconds    float64 `json:"wall_s"`
 	// CPUPerWrite is kube-apiserver+etcd CPU per write, net of idle.
 	CPUPerWrite num `json:"apiserver_cpu_s_per_write"`
 }
@@ -74,11 +87,13 @@ type tableFeedPhase struct {
 // for them (acceptTable, Accept-Encoding: gzip as client-go's transport
 // sends it, no includeObject, so rows carry PartialObjectMetadata).
 //
-//  1. The feed's cost: pod writes at BENCH_WRITE_RATE, with listproxy's
-//     JSON and protobuf stores of pods only, then with its Table store of
-//     pods as well, then with tableFeedWatches Table watches
-//     (includeObject=Object) and then as many JSON watches opened by the
-//     harness at the apiserver: apiserver+etcd CPU per write in each.
+//  1. The feed's cost: tableFeedWrites pod writes at BENCH_WRITE_RATE
+//     with listproxy's JSON and protobuf stores of pods only; then, once
+//     its Table store of pods is warm (step 2), as many with it alone,
+//     with tableFeedTableWatches Table watches (includeObject=Object) and
+//     with tableFeedJSONWatches JSON watches opened by the harness at the
+//     apiserver, alternating in tableFeedCycles cycles: apiserver+etcd
+//     CPU per write in each.
 //  2. Warm-up: Table LISTs of pods through listproxy until one is served
 //     from a snapshot, then one walk on each side.
 //  3. BENCH_REPS walks with limit=500 of every pod on each side,
@@ -97,11 +112,10 @@ func (b *bench) table(ctx context.Context) error {
 	feed := res.Feed
 
 	logf("scenario: kubectl get (Table): the feed's cost, %d writes per phase at %d/s", tableFeedWrites, b.cfg.writeRate)
-	without, err := b.tableFeedPhase(ctx, "listproxy's JSON and protobuf stores of pods", "", 0)
-	if err != nil {
+	without := &tableFeedPhase{Name: "listproxy's JSON and protobuf stores of pods (before any Table request)"}
+	if err := b.tableFeedPhase(ctx, without, "", 0, tableFeedWrites); err != nil {
 		return err
 	}
-	feed.Phases = append(feed.Phases, without)
 
 	warmed, err := b.warmTable(ctx)
 	if err != nil {
@@ -109,22 +123,26 @@ func (b *bench) table(ctx context.Context) error {
 	}
 	res.Warmed = warmed
 
-	with, err := b.tableFeedPhase(ctx, "and listproxy's Table store of pods", "", 0)
-	if err != nil {
-		return err
+	// The phases with watches alternate with the base in short cycles, so
+	// that a drift of the apiserver's own cost falls on all three alike.
+	with := &tableFeedPhase{Name: "+ listproxy's Table store of pods"}
+	tables := &tableFeedPhase{Name: fmt.Sprintf("+ %d Table watches (includeObject=Object) at the apiserver", tableFeedTableWatches)}
+	jsons := &tableFeedPhase{Name: fmt.Sprintf("+ %d JSON watches at the apiserver (instead of the Table watches)", tableFeedJSONWatches)}
+	for range tableFeedCycles {
+		for _, p := range []struct {
+			phase  *tableFeedPhase
+			accept string
+			n      int
+		}{{with, "", 0}, {tables, acceptTable, tableFeedTableWatches}, {jsons, acceptJSON, tableFeedJSONWatches}} {
+			if err := b.tableFeedPhase(ctx, p.phase, p.accept, p.n, tableFeedWrites/tableFeedCycles); err != nil {
+				return err
+			}
+		}
 	}
-	tables, err := b.tableFeedPhase(ctx, fmt.Sprintf("and %d Table watches (includeObject=Object) at the apiserver", tableFeedWatches), acceptTable, tableFeedWatches)
-	if err != nil {
-		return err
-	}
-	jsons, err := b.tableFeedPhase(ctx, fmt.Sprintf("and %d JSON watches at the apiserver", tableFeedWatches), acceptJSON, tableFeedWatches)
-	if err != nil {
-		return err
-	}
-	feed.Phases = append(feed.Phases, with, tables, jsons)
+	feed.Phases = []tableFeedPhase{*without, *with, *tables, *jsons}
 	feed.TablePerChange = with.CPUPerWrite - without.CPUPerWrite
-	feed.TableWatchPerChange = (tables.CPUPerWrite - with.CPUPerWrite) / tableFeedWatches
-	feed.JSONWatchPerChange = (jsons.CPUPerWrite - with.CPUPerWrite) / tableFeedWatches
+	feed.TableWatchPerChange = (tables.CPUPerWrite - with.CPUPerWrite) / tableFeedTableWatches
+	feed.JSONWatchPerChange = (jsons.CPUPerWrite - with.CPUPerWrite) / tableFeedJSONWatches
 	feed.Checks = []check{tableFeedCheck(feed)}
 	logf("  feed: Table store %s per change; per watch at the apiserver: Table %s, JSON %s", ms(float64(feed.TablePerChange)), ms(float64(feed.TableWatchPerChange)), ms(float64(feed.JSONWatchPerChange)))
 
@@ -148,10 +166,10 @@ func tableFeedCheck(f *tableFeedResult) check {
 	return c
 }
 
-// tableFeedPhase sends tableFeedWrites pod writes with n watches asking for
-// accept open at the apiserver (none when n is 0), each read to its end,
-// and returns kube-apiserver+etcd CPU per write.
-func (b *bench) tableFeedPhase(ctx context.Context, name, accept string, n int) (tableFeedPhase, error) {
+// tableFeedPhase sends about writes pod writes at BENCH_WRITE_RATE with n
+// watches asking for accept open at the apiserver (none when n is 0), each
+// read to its end, and adds them and kube-apiserver+etcd CPU meanwhile to p.
+func (b *bench) tableFeedPhase(ctx context.Context, p *tableFeedPhase, accept string, n, writes int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -159,7 +177,7 @@ func (b *bench) tableFeedPhase(ctx context.Context, name, accept string, n int) 
 	if n > 0 {
 		rv, err := currentRV(ctx, b.env.direct)
 		if err != nil {
-			return tableFeedPhase{}, err
+			return err
 		}
 		path := "/api/v1/pods?watch=1&allowWatchBookmarks=true&timeoutSeconds=3600&resourceVersion=" + url.QueryEscape(rv)
 		if accept == acceptTable {
@@ -168,7 +186,7 @@ func (b *bench) tableFeedPhase(ctx context.Context, name, accept string, n int) 
 		for range n {
 			resp, err := openStreamAs(ctx, b.env.direct, path, accept)
 			if err != nil {
-				return tableFeedPhase{}, err
+				return err
 			}
 			wg.Go(func() {
 				defer resp.Body.Close()
@@ -179,18 +197,23 @@ func (b *bench) tableFeedPhase(ctx context.Context, name, accept string, n int) 
 	cpu := sampler{t: b.env.direct, idleRate: b.idleDirect}
 	settle(ctx, b.idleDirect, b.env.direct)
 	cpu.startInterval()
-	sent, rate := b.writes(ctx, time.Duration(tableFeedWrites)*time.Second/time.Duration(b.cfg.writeRate), "table-feed")
+	sent, _ := b.writes(ctx, time.Duration(writes)*time.Second/time.Duration(b.cfg.writeRate), "table-feed")
 	settle(ctx, b.idleDirect, b.env.direct)
 	cpu.endInterval()
 	if err := ctx.Err(); err != nil {
-		return tableFeedPhase{}, err
+		return err
 	}
 	if len(sent) == 0 {
-		return tableFeedPhase{}, errors.New("table feed: no write succeeded")
+		return errors.New("table feed: no write succeeded")
 	}
-	p := tableFeedPhase{Name: name, Writes: len(sent), WriteRate: num(rate), CPUPerWrite: num(cpu.seconds() / float64(len(sent)))}
-	logf("  writes with %s: %d at %.0f/s, apiserver+etcd %s per write", name, p.Writes, rate, ms(float64(p.CPUPerWrite)))
-	return p, nil
+	// Totals so far, per write: CPUSeconds and Seconds accumulate.
+	p.CPUSeconds += cpu.seconds()
+	p.Seconds += cpu.wall.Seconds()
+	p.Writes += len(sent)
+	p.WriteRate = num(float64(p.Writes) / p.Seconds)
+	p.CPUPerWrite = num(p.CPUSeconds / float64(p.Writes))
+	logf("  writes with %s: %d, apiserver+etcd %s per write (%d writes in all, %s per write)", p.Name, len(sent), ms(cpu.seconds()/float64(len(sent))), p.Writes, ms(float64(p.CPUPerWrite)))
+	return nil
 }
 
 // warmTable lists pods as kubectl does through listproxy until the answer
@@ -578,8 +601,8 @@ func (t *tableResult) markdown() string {
 	for _, p := range f.Phases {
 		fmt.Fprintf(&b, "| %s | %d | %.0f | %s |\n", p.Name, p.Writes, float64(p.WriteRate), ms(float64(p.CPUPerWrite)))
 	}
-	fmt.Fprintf(&b, "\nEach phase adds to the one before (the first has no Table store). Per change: listproxy's Table store (second phase less the first) %s; one Table watch with includeObject=Object at the apiserver %s, one JSON watch %s (the third and fourth phases less the second, per watch). Warmed before the Table rows were measured: %s.\n\n",
-		ms(float64(f.TablePerChange)), ms(float64(f.TableWatchPerChange)), ms(float64(f.JSONWatchPerChange)), t.Warmed)
+	fmt.Fprintf(&b, "\nThe first phase ran before the Table store started; the others after, alternating in %d cycles. Per change: listproxy's Table store (second phase less the first) %s; one Table watch with includeObject=Object at the apiserver %s, one JSON watch %s (the third and fourth phases less the second, per watch). Warmed before the Table rows were measured: %s.\n\n",
+		tableFeedCycles, ms(float64(f.TablePerChange)), ms(float64(f.TableWatchPerChange)), ms(float64(f.JSONWatchPerChange)), t.Warmed)
 	for _, ch := range f.Checks {
 		fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
 	}
