@@ -152,16 +152,18 @@ func (b *bench) table(ctx context.Context) error {
 	return b.tableFirstPages(ctx, res)
 }
 
-// tableFeedCheck holds the Table store's cost per change to ≤ 5× a JSON
-// watch's.
+// tableFeedCheck holds the feed's cost per change, a Table watch with
+// includeObject=Object as the store opens (measured on tableFeedTableWatches
+// of them: one is within the writes' noise), to ≤ 5× a JSON watch's.
 func tableFeedCheck(f *tableFeedResult) check {
-	c := check{Name: "Table feed per change", Want: "≤ 5× a JSON watch's", Got: f.TablePerChange}
-	if f.JSONWatchPerChange <= 0 {
-		c.Text = fmt.Sprintf("not measured (a JSON watch's cost per change %s is not above the noise)", ms(float64(f.JSONWatchPerChange)))
+	c := check{Name: "Table feed (a Table watch, includeObject=Object) per change", Want: "≤ 5× a JSON watch's", Got: f.TableWatchPerChange}
+	if f.JSONWatchPerChange <= 0 || f.TableWatchPerChange <= 0 {
+		c.Text = fmt.Sprintf("not measured (%s vs %s per change: not above the noise)", ms(float64(f.TableWatchPerChange)), ms(float64(f.JSONWatchPerChange)))
 		return c
 	}
-	r := float64(f.TablePerChange / f.JSONWatchPerChange)
-	c.Text = fmt.Sprintf("%s vs %s (%.1f×)", ms(float64(f.TablePerChange)), ms(float64(f.JSONWatchPerChange)), r)
+	r := float64(f.TableWatchPerChange / f.JSONWatchPerChange)
+	c.Got = num(r)
+	c.Text = fmt.Sprintf("%s vs %s (%.1f×)", ms(float64(f.TableWatchPerChange)), ms(float64(f.JSONWatchPerChange)), r)
 	c.Met = r <= 5
 	return c
 }
@@ -224,6 +226,7 @@ func (b *bench) tableFeedPhase(ctx context.Context, p *tableFeedPhase, accept st
 func (b *bench) warmTable(ctx context.Context) (string, error) {
 	begin := time.Now()
 	deadline := begin.Add(3 * time.Minute)
+	served := "served from a snapshot after %s"
 	for {
 		res, err := b.env.proxied.do(ctx, request{path: tablePath, accept: acceptTable, gzip: true})
 		if err != nil {
@@ -233,7 +236,7 @@ func (b *bench) warmTable(ctx context.Context) (string, error) {
 			break
 		}
 		if time.Now().After(deadline) {
-			logf("  WARNING: pods' Table LISTs not served from a snapshot after 3m (last: %s)", res.servedFrom)
+			served = "NOT served from a snapshot within %s (last: " + res.servedFrom + ")"
 			break
 		}
 		select {
@@ -242,15 +245,15 @@ func (b *bench) warmTable(ctx context.Context) (string, error) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	ready := time.Since(begin)
+	served = fmt.Sprintf(served, ms(time.Since(begin).Seconds()))
 	for _, t := range []*target{b.env.direct, b.env.proxied} {
 		s := b.newSeries(t)
 		if err := b.tableWalkPages(ctx, s, false); err != nil {
 			return "", err
 		}
 	}
-	logf("  Table store of pods warm: served from a snapshot after %s, one walk on each side (%s in all)", ms(ready.Seconds()), ms(time.Since(begin).Seconds()))
-	return fmt.Sprintf("listproxy's Table store of pods (Table LISTs until one was served from a snapshot, %s), then one unmeasured walk on each side", ms(ready.Seconds())), nil
+	logf("  Table store of pods: Table LISTs %s; one walk on each side (%s in all)", served, ms(time.Since(begin).Seconds()))
+	return fmt.Sprintf("listproxy's Table store of pods (Table LISTs through listproxy until one was served from a snapshot: %s), then one unmeasured walk on each side", served), nil
 }
 
 func (b *bench) tableWalks(ctx context.Context, res *tableResult) error {

@@ -149,7 +149,7 @@ func TestTableFeedCheck(t *testing.T) {
 		{name: "JSON watch not measured", table: 0.0001, json: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tableFeedCheck(&tableFeedResult{TablePerChange: tc.table, JSONWatchPerChange: tc.json}); got.Met != tc.want {
+			if got := tableFeedCheck(&tableFeedResult{TableWatchPerChange: tc.table, JSONWatchPerChange: tc.json}); got.Met != tc.want {
 				t.Errorf("tableFeedCheck() met = %t (%s), want %t", got.Met, got.Text, tc.want)
 			}
 		})
