@@ -599,7 +599,7 @@ func (t *tableResult) markdown() string {
 		return ""
 	}
 	var b bytes.Buffer
-	b.WriteString("\n| kubectl get (Table): pod writes with | writes | writes/s | apiserver+etcd CPU per write |\n")
+	b.WriteString("\n| kubectl get (Table): pod writes with | writes | writes/s (settling included) | apiserver+etcd CPU per write |\n")
 	b.WriteString("|---|---:|---:|---:|\n")
 	for _, p := range f.Phases {
 		fmt.Fprintf(&b, "| %s | %d | %.0f | %s |\n", p.Name, p.Writes, float64(p.WriteRate), ms(float64(p.CPUPerWrite)))
