@@ -8,14 +8,18 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/test/framework"
@@ -242,4 +246,68 @@ func TestTableWatchDifferential(t *testing.T) {
 			}
 		})
 	}
+
+	// kubectl get -w itself: its Table LIST and its Table watch from the
+	// list's resourceVersion are served from snapshots, and it prints a
+	// change made while it watches.
+	t.Run("kubectl_get_w", func(t *testing.T) {
+		k := newKubectlRunner(t, cp, lp.URL)
+		kctx, kcancel := context.WithTimeout(ctx, time.Minute)
+		defer kcancel()
+		var stdout, stderr syncBuffer
+		cmd := exec.CommandContext(kctx, k.path, append(append([]string(nil), k.base...), "-v=8", "get", "configmaps", "-n", ns, "-w")...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { kcancel(); _ = cmd.Wait() }()
+		// The configmaps requests' served-from (not discovery's).
+		served := func() [][2]string {
+			var out [][2]string
+			for _, s := range kubectlServed(t, stderr.String()) {
+				if strings.HasSuffix(s[0], "/configmaps") {
+					out = append(out, s)
+				}
+			}
+			return out
+		}
+		// Wait until both the LIST and the watch were answered.
+		if err := wait.PollUntilContextCancel(kctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+			return len(served()) >= 2, nil
+		}); err != nil {
+			t.Fatalf("kubectl get -w: LIST and watch not answered: %v\n%s", err, stderr.String())
+		}
+		for _, s := range served() {
+			if s[1] != httpapi.SourceSnapshot {
+				t.Errorf("kubectl get -w: %s served from %s, want %s", s[0], s[1], httpapi.SourceSnapshot)
+			}
+		}
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-kubectl"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := wait.PollUntilContextCancel(kctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+			return strings.Contains(stdout.String(), "cm-kubectl"), nil
+		}); err != nil {
+			t.Fatalf("kubectl get -w did not print the new configmap: %v\n%s", err, stdout.String())
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for a process writing and a test
+// reading at once.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
