@@ -2,8 +2,7 @@ package lists
 
 import (
 	"bufio"
-	"bytes"
-	"io"
+	"compress/gzip"
 	"net/http"
 	"strconv"
 	"sync"
@@ -13,11 +12,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/pkg/collection"
-	"github.com/listproxy/listproxy/pkg/gzstitch"
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
-	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -62,12 +59,14 @@ const tableChunk = 64 << 10
 // object grew it) is left to the collector rather than pooled.
 const tableBufBytes = gzipThreshold + tableChunk
 
-// Table responses borrow their render buffer and bufio writer from pools
-// (gzstitch pools its own): a walk of 30,000 pods made ~1 MiB of garbage
-// per page otherwise, and at listproxy's GOGC the collections it caused
-// cost as much CPU as the compression.
+// Table responses borrow their render buffer, gzip writer (at the
+// apiserver's level) and bufio writer from pools: a walk of 30,000 pods
+// made ~1 MiB of garbage per page otherwise (mostly the gzip writer's
+// state), and at listproxy's GOGC the collections it caused cost as much
+// CPU as the compression.
 var (
 	tableBufs   = sync.Pool{New: func() any { b := make([]byte, 0, tableBufBytes); return &b }}
+	tableGzips  = sync.Pool{New: func() any { gz, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed); return gz }} // the level is valid
 	tableBufios = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, tableChunk) }}
 )
 
@@ -107,18 +106,26 @@ func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOpt
 		}
 		return
 	}
+	var out *bufio.Writer
+	var gz *gzip.Writer
 	if collection.AcceptsGzip(r) {
 		hdr.Set("Content-Encoding", "gzip")
 		hdr.Add("Vary", "Accept-Encoding")
 		w.WriteHeader(http.StatusOK)
-		if err := writeTableGzip(w, opts, parts, rows, entries, now, buf[:0]); err != nil {
-			klog.V(2).InfoS("Writing table response failed", "err", err)
-		}
-		return
+		// The apiserver's level (responsewriters: defaultGzipContentEncodingLevel).
+		gz = tableGzips.Get().(*gzip.Writer)
+		gz.Reset(w)
+		defer func() {
+			gz.Reset(nil)
+			tableGzips.Put(gz)
+		}()
+		out = tableBufios.Get().(*bufio.Writer)
+		out.Reset(gz)
+	} else {
+		w.WriteHeader(http.StatusOK)
+		out = tableBufios.Get().(*bufio.Writer)
+		out.Reset(w)
 	}
-	w.WriteHeader(http.StatusOK)
-	out := tableBufios.Get().(*bufio.Writer)
-	out.Reset(w)
 	defer func() {
 		out.Reset(nil)
 		tableBufios.Put(out)
@@ -134,66 +141,12 @@ func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOpt
 	if err == nil {
 		err = out.Flush()
 	}
+	if err == nil && gz != nil {
+		err = gz.Close()
+	}
 	if err != nil {
 		klog.V(2).InfoS("Writing table response failed", "err", err)
 	}
-}
-
-// tableGzipForm is the form (stores.TableGzipForms) a Table response
-// writes its rows in.
-func tableGzipForm(opts collection.TableOptions) int {
-	switch {
-	case opts.Include == table.IncludeNone:
-		return 2
-	case opts.GroupVersion == "v1beta1":
-		return 1
-	}
-	return 0
-}
-
-// writeTableGzip writes a Table response as one gzip member. The head,
-// the first row (which has no "," before it) and the tail are compressed
-// now; every other row is copied from the chunk cached on it for the
-// response's form, which holds while its clock cells render as they did
-// when it was compressed (stores.TableGzip), and is compressed and cached
-// anew when they do not: a walk of rows whose clock cells moved on since
-// the last one (an AGE ticks every second for two minutes, then every
-// minute, then hourly) compresses only those. Chunks stand alone, at
-// gzipChunkLevel. buf is scratch space.
-func writeTableGzip(w io.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time, buf []byte) error {
-	zw := gzstitch.NewWriter(w)
-	err := writeTableGzipRows(zw, opts, parts, rows, entries, now, buf)
-	if cerr := zw.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-func writeTableGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time, buf []byte) error {
-	buf = append(buf[:0], parts.Head...)
-	if len(rows) > 0 {
-		buf = rows[0].Append(buf, entries[0].Raw, now, opts.Include, opts.GroupVersion)
-	}
-	if _, err := zw.Write(buf); err != nil {
-		return err
-	}
-	form := tableGzipForm(opts)
-	var clock []byte
-	for i := 1; i < len(rows); i++ {
-		clock = rows[i].AppendClock(clock[:0], now)
-		cached := rows[i].Gzip(form)
-		if cached == nil || !bytes.Equal(cached.Clock, clock) {
-			buf = append(buf[:0], ',')
-			buf = rows[i].Append(buf, entries[i].Raw, now, opts.Include, opts.GroupVersion)
-			cached = &stores.TableGzip{Clock: bytes.Clone(clock), Chunk: gzipChunks.Compress(buf)}
-			rows[i].SetGzip(form, cached)
-		}
-		if err := zw.WriteChunk(&cached.Chunk); err != nil {
-			return err
-		}
-	}
-	_, err := zw.Write(parts.Tail)
-	return err
 }
 
 func writeAll(w *bufio.Writer, b []byte) error {

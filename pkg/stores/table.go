@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
-	"github.com/listproxy/listproxy/pkg/gzstitch"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -60,30 +59,7 @@ type TableRow struct {
 	*table.Row
 	// Columns are the columns the row was rendered with.
 	Columns *TableColumns
-	// gzip caches the row compressed for gzip responses, per form
-	// (TableGzipForms).
-	gzip [TableGzipForms]atomic.Pointer[TableGzip]
 }
-
-// TableGzipForms is the number of forms a row is written in: its object
-// as metadata in meta.k8s.io/v1 or v1beta1, or null.
-const TableGzipForms = 3
-
-// TableGzip is a row compressed in one form, with the "," that precedes
-// it in a Table's rows, alone (it refers to nothing before it, so it fits
-// after any bytes). It holds while the row's clock cells render as Clock
-// (table.Row.AppendClock).
-type TableGzip struct {
-	Clock []byte
-	Chunk gzstitch.Chunk
-}
-
-// Gzip returns the row's cached chunk in form, or nil.
-func (r *TableRow) Gzip(form int) *TableGzip { return r.gzip[form].Load() }
-
-// SetGzip caches the row's chunk in form, replacing the one before. The
-// chunks are bounded by the live rows (at most TableGzipForms each).
-func (r *TableRow) SetGzip(form int, g *TableGzip) { r.gzip[form].Store(g) }
 
 // tableFeed is the Table state of one store's source.
 type tableFeed struct {

@@ -308,15 +308,3 @@ func (row *Row) Append(dst, stored []byte, now time.Time, include IncludeObject,
 	}
 	return append(dst, stored[row.objectEnd:]...)
 }
-
-// AppendClock appends the row's clock cells as Append renders them for
-// now, each followed by a zero byte: two instants for which it appends the
-// same bytes render the whole row the same (a key for caching a rendered
-// row).
-func (row *Row) AppendClock(dst []byte, now time.Time) []byte {
-	for _, s := range row.slots {
-		dst = appendHumanDuration(dst, now.Sub(time.UnixMicro(s.t)))
-		dst = append(dst, 0)
-	}
-	return dst
-}

@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"pkg/watch":      {"pkg/collection", "pkg/freshness", "pkg/gzstitch", "pkg/httpapi", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
 	"pkg/collection": {"pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
 	// The registry of snapshot stores: discovery, lifecycle, sources.
-	"pkg/stores":      {"pkg/consistency", "pkg/freshness", "pkg/gzstitch", "pkg/snapshot", "pkg/table", "pkg/wire", "pkg/httpapi"},
+	"pkg/stores":      {"pkg/consistency", "pkg/freshness", "pkg/snapshot", "pkg/table", "pkg/wire", "pkg/httpapi"},
 	"pkg/auth":        {"pkg/httpapi"},
 	"pkg/consistency": {"pkg/snapshot", "pkg/wire", "pkg/httpapi"},
 	"pkg/freshness":   {"pkg/snapshot", "test/framework/binaries", "test/framework/freeport"},
