@@ -456,7 +456,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 	e.source = &apiSource{client: reg.client, host: strings.TrimSuffix(reg.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
 	extract := newExtractor(info, format)
 	if format == wire.Table {
-		e.source.table = &tableFeed{rules: info.Table}
+		e.source.table = &tableFeed{rules: info.Table, columnNames: info.TableColumns}
 		extract = newTableExtractor(info, e.source.table, reg.clock.Now, func(err error) { reg.refuseTables(info, err) })
 	}
 	e.ctx, e.cancel = context.WithCancel(reg.ctx)

@@ -49,6 +49,10 @@ type Resource struct {
 	// date column outside .metadata).
 	Table       table.Rules
 	TableServed bool
+	// TableColumns are the names of a custom resource's Table columns as
+	// its CRD defines them (Name, then its printer columns, or Age);
+	// nil for built-in resources.
+	TableColumns []string
 	// fingerprint changes when anything that shapes stored entries changes
 	// (a CRD recreated or its selectable fields edited); stores built for an
 	// older fingerprint are dropped.
@@ -216,12 +220,13 @@ func (r *catalog) cacheable(lists []*metav1.APIResourceList, crds map[schema.Gro
 			switch {
 			case custom:
 				info.Table, info.TableServed = table.ForCustom(crd.columns)
+				info.TableColumns = crd.columnNames()
 			case major == 1 && !info.Aggregated && r.tableRules != nil:
 				info.Table, info.TableServed = r.tableRules(minor, gvr.GroupResource())
 			case major == 1 && !info.Aggregated:
 				info.Table, info.TableServed = table.For(minor, gvr.GroupResource())
 			}
-			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v/%v/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable, info.Aggregated, crd.columns)
+			info.fingerprint = fmt.Sprintf("%s/%v/%v/%s/%v/%v/%v/%v", res.Kind, res.Namespaced, custom, crd.uid, crd.selectable, info.Aggregated, crd.columns, crd.names)
 			next[gvr] = info
 		}
 	}
@@ -239,10 +244,22 @@ var noWatchCache = map[schema.GroupResource]bool{
 type crdVersion struct {
 	uid        string
 	selectable []string
-	// columns are the version's additionalPrinterColumns.
+	// columns are the version's additionalPrinterColumns, and names
+	// their names.
 	columns []table.Column
+	names   []string
 	// warnings is the deprecation warning of a deprecated version.
 	warnings []string
+}
+
+// columnNames are the columns of the version's Tables: Name, then its
+// printer columns, or the default Age without any
+// (apiextensions-apiserver's table convertor).
+func (v crdVersion) columnNames() []string {
+	if len(v.names) == 0 {
+		return []string{"Name", "Age"}
+	}
+	return append([]string{"Name"}, v.names...)
 }
 
 // customResources lists the CRDs' served versions with their selectable fields.
@@ -271,6 +288,7 @@ func (r *catalog) customResources(ctx context.Context) (map[schema.GroupVersionR
 			}
 			for _, c := range v.AdditionalPrinterColumns {
 				cv.columns = append(cv.columns, table.Column{Type: c.Type, JSONPath: c.JSONPath})
+				cv.names = append(cv.names, c.Name)
 			}
 			out[schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}] = cv
 		}

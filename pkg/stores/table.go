@@ -3,6 +3,7 @@ package stores
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -64,6 +65,10 @@ type TableRow struct {
 // tableFeed is the Table state of one store's source.
 type tableFeed struct {
 	rules table.Rules
+	// columns, when not nil, are the names of the columns the apiserver
+	// must render (a custom resource's, from its CRD): a Table under
+	// others is the apiserver's before it applied a change to the CRD.
+	columnNames []string
 	head  atomic.Pointer[TableHead]
 	// mu orders column changes; reads of head do not take it.
 	mu sync.Mutex
@@ -112,6 +117,33 @@ func (t *tableFeed) setNullRows(null bool) {
 	t.head.Store(&next)
 }
 
+// errColumnsNotYet fails a list or watch whose Table columns are not the
+// CRD's yet: the apiserver renders an old version of the CRD's printer
+// columns for a while after it changed. The list is tried again.
+var errColumnsNotYet = errors.New("table columns are not the CRD's printer columns yet")
+
+// checkColumns fails columns that are not the ones the CRD names.
+func (t *tableFeed) checkColumns(columns []byte) error {
+	if t.columnNames == nil {
+		return nil
+	}
+	var defs []struct {
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal(columns, &defs); err != nil {
+		return fmt.Errorf("table columns: %w", err)
+	}
+	if len(defs) != len(t.columnNames) {
+		return errColumnsNotYet
+	}
+	for i, d := range defs {
+		if d.Name != t.columnNames[i] {
+			return errColumnsNotYet
+		}
+	}
+	return nil
+}
+
 // errColumnsChanged ends a list or watch whose Table columns changed
 // under it (a CRD's printer columns edited): the store relists.
 var errColumnsChanged = fmt.Errorf("table columns changed: %w", snapshot.ErrGone)
@@ -128,6 +160,9 @@ func (s *apiSource) listTable(ctx context.Context, q url.Values, continueToken s
 	defer resp.Body.Close()
 	first := continueToken == ""
 	env, err := wire.DecodeTable(resp.Body, func(cols []byte) error {
+		if err := s.table.checkColumns(cols); err != nil {
+			return err
+		}
 		if s.table.setColumns(cols) && !first {
 			return errColumnsChanged
 		}
@@ -183,8 +218,13 @@ func (w tableWatch) Next() (snapshot.WatchEvent, error) {
 	if err != nil {
 		return snapshot.WatchEvent{}, err
 	}
-	if ev.Columns != nil && w.table.setColumns(ev.Columns) {
-		return snapshot.WatchEvent{}, errColumnsChanged
+	if ev.Columns != nil {
+		if err := w.table.checkColumns(ev.Columns); err != nil {
+			return snapshot.WatchEvent{}, fmt.Errorf("%w: %w", err, snapshot.ErrGone)
+		}
+		if w.table.setColumns(ev.Columns) {
+			return snapshot.WatchEvent{}, errColumnsChanged
+		}
 	}
 	return snapshot.WatchEvent{Type: snapshot.EventType(ev.Type), Object: ev.Object, ResourceVersion: ev.ResourceVersion}, nil
 }

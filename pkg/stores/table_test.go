@@ -77,3 +77,39 @@ func TestTableWatchColumnsChanged(t *testing.T) {
 		})
 	}
 }
+
+// TestTableColumnsOfTheCRD: a custom resource's Table store takes only
+// Tables under the columns its CRD names; the apiserver renders an older
+// set for a while after the CRD changed, and such a list or watch fails
+// (and is tried again).
+func TestTableColumnsOfTheCRD(t *testing.T) {
+	cols := func(names ...string) []byte {
+		b := []byte("[")
+		for i, n := range names {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"name":"`+n+`","type":"string","format":"","description":"","priority":0}`...)
+		}
+		return append(b, ']')
+	}
+	for _, tc := range []struct {
+		name    string
+		expect  []string
+		columns []byte
+		wantErr bool
+	}{
+		{name: "built_in", columns: cols("Name", "Anything")},
+		{name: "the_crds", expect: crdVersion{names: []string{"Size", "Created"}}.columnNames(), columns: cols("Name", "Size", "Created")},
+		{name: "default_age", expect: crdVersion{}.columnNames(), columns: cols("Name", "Age")},
+		{name: "older_set", expect: crdVersion{names: []string{"Size", "Created"}}.columnNames(), columns: cols("Name", "Color", "Size", "Note", "Created"), wantErr: true},
+		{name: "renamed", expect: crdVersion{names: []string{"Size"}}.columnNames(), columns: cols("Name", "Bytes"), wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			feed := &tableFeed{columnNames: tc.expect}
+			if err := feed.checkColumns(tc.columns); (err != nil) != tc.wantErr {
+				t.Errorf("checkColumns = %v, want error %v", err, tc.wantErr)
+			}
+		})
+	}
+}
