@@ -69,7 +69,7 @@ type tableFeed struct {
 	// must render (a custom resource's, from its CRD): a Table under
 	// others is the apiserver's before it applied a change to the CRD.
 	columnNames []string
-	head  atomic.Pointer[TableHead]
+	head        atomic.Pointer[TableHead]
 	// mu orders column changes; reads of head do not take it.
 	mu sync.Mutex
 }
