@@ -65,7 +65,7 @@ type TableRow struct {
 // tableFeed is the Table state of one store's source.
 type tableFeed struct {
 	rules table.Rules
-	// columns, when not nil, are the names of the columns the apiserver
+	// columnNames, when not nil, are the columns the apiserver
 	// must render (a custom resource's, from its CRD): a Table under
 	// others is the apiserver's before it applied a change to the CRD.
 	columnNames []string
