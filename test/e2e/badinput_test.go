@@ -338,7 +338,12 @@ func TestBadInputCatalogue(t *testing.T) {
 			oracle: nativeRequest, apiQuery: cont(nativeToken)},
 
 		// Accept headers.
-		{name: "accept_table", path: allPods, accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: http.StatusOK, wantFrom: fromAPI},
+		// A Table is served from the pods' Table store (TestTableDifferential
+		// compares it); one of whole objects or in protobuf is not.
+		{name: "accept_table", path: allPods, accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: http.StatusOK, wantFrom: fromLP},
+		{name: "accept_table_include_object", path: allPods, query: qs("includeObject", "Object"), accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: http.StatusOK, wantFrom: fromAPI},
+		{name: "accept_table_include_bogus", path: allPods, query: qs("includeObject", "Bogus"), accept: "application/json;as=Table;v=v1;g=meta.k8s.io", wantCode: http.StatusBadRequest, wantReason: metav1.StatusReasonBadRequest, wantFrom: fromAPI},
+		{name: "accept_table_protobuf", path: allPods, accept: "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io", wantCode: http.StatusNotAcceptable, wantReason: metav1.StatusReasonNotAcceptable, wantFrom: fromAPI},
 		{name: "accept_bogus_type", path: allPods, accept: "application/x-bogus", wantCode: http.StatusNotAcceptable, wantReason: metav1.StatusReasonNotAcceptable, wantFrom: fromAPI},
 		{name: "accept_semicolons", path: allPods, accept: ";;;", wantCode: http.StatusNotAcceptable, wantReason: metav1.StatusReasonNotAcceptable, wantFrom: fromAPI},
 		{name: "accept_meta_unknown_version", path: allPods, accept: "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v9", wantCode: http.StatusNotAcceptable, wantReason: metav1.StatusReasonNotAcceptable, wantFrom: fromAPI},
