@@ -88,13 +88,8 @@ type Checker struct {
 	probe           func(ctx context.Context) (int64, error)
 	requestProgress func(ctx context.Context) error
 
-	// probeMu guards probeRunning and nextProbe.
-	probeMu sync.Mutex
-	// probeRunning is true while a probe is in flight.
-	probeRunning bool
-	// nextProbe collects callers that arrived while a probe was in flight;
-	// it starts when that probe ends. Nil when nobody waits for it.
-	nextProbe *probeCall
+	// probes shares reads of the current revision (readRevision).
+	probes sharedProbe
 
 	// progressMu guards progressWaiters.
 	progressMu sync.Mutex
@@ -139,7 +134,7 @@ func newChecker(cfg Config) *Checker {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
-	return &Checker{
+	c := &Checker{
 		client:                 cfg.Client,
 		clock:                  cfg.Clock,
 		progressInterval:       cfg.ProgressInterval,
@@ -148,6 +143,8 @@ func newChecker(cfg Config) *Checker {
 		metrics:                unregisteredMetrics(),
 		progressWake:           make(chan struct{}, 1),
 	}
+	c.probes.read = c.readRevision
+	return c
 }
 
 // Run runs the background loops: the progress requester and compaction

@@ -3,9 +3,29 @@ package freshness
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
+
+// sharedProbe shares reads of a current revision among concurrent callers,
+// but only a read that started after a caller arrived: one already in
+// flight may have been answered before the caller's arrival and so proves
+// nothing to it. A caller arriving while a read is in flight joins the next
+// one, which starts when the in-flight one ends; so at most one read is in
+// flight per sharedProbe, however many callers wait.
+type sharedProbe struct {
+	// read reads the current revision.
+	read func(ctx context.Context) (int64, error)
+
+	// mu guards running and next.
+	mu sync.Mutex
+	// running is true while a read is in flight.
+	running bool
+	// next collects callers that arrived while a read was in flight; it
+	// starts when that read ends. Nil when nobody waits for it.
+	next *probeCall
+}
 
 // probeCall is one read of the current revision, shared by the callers that
 // joined it before it started.
@@ -17,80 +37,87 @@ type probeCall struct {
 	rev  int64
 	err  error
 
-	// waiters counts callers still waiting; guarded by Checker.probeMu.
+	// waiters counts callers still waiting; guarded by sharedProbe.mu.
 	waiters int
 }
 
-// CurrentRevision returns etcd's current revision, read linearizably: the
-// header revision of a quorum read of one key (Config.ProbeKey).
-//
-// Concurrent callers share a probe, but only one that started after they
-// arrived: a probe already in flight may have been answered before the
-// caller's arrival and so proves nothing to it. A caller arriving while a
-// probe is in flight joins the next one, which starts when the in-flight one
-// ends; so at most one probe is in flight per Checker, however many callers
-// wait.
-//
-// If ctx ends first, CurrentRevision returns ctx.Err() at once; a probe that
-// all its callers have left is cancelled (or never started).
-func (c *Checker) CurrentRevision(ctx context.Context) (int64, error) {
+// current returns the revision read by a read that started after the call;
+// answered is false when ctx ended first. Then it returns ctx.Err() at
+// once; a read that all its callers have left is cancelled (or never
+// started).
+func (p *sharedProbe) current(ctx context.Context) (rev int64, answered bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	c.probeMu.Lock()
-	call := c.nextProbe
+	p.mu.Lock()
+	call := p.next
 	if call == nil {
 		pctx, cancel := context.WithCancel(context.Background())
 		call = &probeCall{ctx: pctx, cancel: cancel, done: make(chan struct{})}
-		c.nextProbe = call
+		p.next = call
 	}
 	call.waiters++
-	if !c.probeRunning {
-		c.startProbeLocked()
+	if !p.running {
+		p.startLocked()
 	}
-	c.probeMu.Unlock()
+	p.mu.Unlock()
 
 	select {
 	case <-call.done:
-		c.metrics.probeWaiters.Inc()
-		return call.rev, call.err
+		return call.rev, true, call.err
 	case <-ctx.Done():
-		c.probeMu.Lock()
+		p.mu.Lock()
 		call.waiters--
 		if call.waiters == 0 {
-			if c.nextProbe == call {
-				c.nextProbe = nil
+			if p.next == call {
+				p.next = nil
 			}
 			call.cancel()
 		}
-		c.probeMu.Unlock()
-		return 0, ctx.Err()
+		p.mu.Unlock()
+		return 0, false, ctx.Err()
 	}
 }
 
-// startProbeLocked starts c.nextProbe. c.probeMu must be held, no probe may
-// be running, and c.nextProbe must be non-nil.
-func (c *Checker) startProbeLocked() {
-	call := c.nextProbe
-	c.nextProbe = nil
-	c.probeRunning = true
-	go c.runProbe(call)
+// startLocked starts p.next. p.mu must be held, no read may be running,
+// and p.next must be non-nil.
+func (p *sharedProbe) startLocked() {
+	call := p.next
+	p.next = nil
+	p.running = true
+	go p.run(call)
 }
 
-func (c *Checker) runProbe(call *probeCall) {
-	start := c.clock.Now()
-	rev, err := c.probe(call.ctx)
-	c.metrics.observeProbe(c.clock.Since(start), err)
-	call.rev, call.err = rev, err
+func (p *sharedProbe) run(call *probeCall) {
+	call.rev, call.err = p.read(call.ctx)
 	call.cancel()
 
-	c.probeMu.Lock()
-	c.probeRunning = false
-	if c.nextProbe != nil {
-		c.startProbeLocked()
+	p.mu.Lock()
+	p.running = false
+	if p.next != nil {
+		p.startLocked()
 	}
-	c.probeMu.Unlock()
+	p.mu.Unlock()
 	close(call.done)
+}
+
+// CurrentRevision returns etcd's current revision, read linearizably: the
+// header revision of a quorum read of one key (Config.ProbeKey). Concurrent
+// callers share a read that started after they arrived (sharedProbe).
+func (c *Checker) CurrentRevision(ctx context.Context) (int64, error) {
+	rev, answered, err := c.probes.current(ctx)
+	if answered {
+		c.metrics.probeWaiters.Inc()
+	}
+	return rev, err
+}
+
+// readRevision is the Checker's sharedProbe read: c.probe, timed.
+func (c *Checker) readRevision(ctx context.Context) (int64, error) {
+	start := c.clock.Now()
+	rev, err := c.probe(ctx)
+	c.metrics.observeProbe(c.clock.Since(start), err)
+	return rev, err
 }
 
 func (c *Checker) probeEtcd(ctx context.Context) (int64, error) {

@@ -101,12 +101,12 @@ func (h *probeHarness) callNext(t *testing.T, ctx context.Context) <-chan probeR
 // nextWaiters returns how many callers wait for the probe that starts when
 // the one in flight ends.
 func (h *probeHarness) nextWaiters() int {
-	h.c.probeMu.Lock()
-	defer h.c.probeMu.Unlock()
-	if h.c.nextProbe == nil {
+	h.c.probes.mu.Lock()
+	defer h.c.probes.mu.Unlock()
+	if h.c.probes.next == nil {
 		return 0
 	}
-	return h.c.nextProbe.waiters
+	return h.c.probes.next.waiters
 }
 
 // recv receives from ch, failing the test if nothing arrives for a long

@@ -32,6 +32,10 @@ const (
 	// snapshot, the resource is empty (which proves nothing), or it is an
 	// aggregated API (not in this etcd); its consistent reads pass through.
 	PrefixUnverified Outcome = "prefix_unverified"
+	// NoBookmarks: proving through the apiserver, the resource's watches
+	// carry no bookmarks and its own feed did not reach the probed
+	// revision at once.
+	NoBookmarks Outcome = "no_bookmarks"
 )
 
 // DefaultProofTimeout bounds one proof when ProverConfig.Timeout is 0: the
@@ -44,9 +48,17 @@ const prefixRetryInterval = 5 * time.Second
 
 // ProverConfig configures one store's Prover.
 type ProverConfig struct {
-	// Checker reads etcd; nil: nothing can be proven (managed clusters
-	// without etcd access).
+	// Checker reads etcd. Without it, APIServer proves consistent reads
+	// through the apiserver (managed clusters without etcd access); with
+	// neither, nothing can be proven.
 	Checker *Checker
+	// APIServer, used only without a Checker, proves consistent reads
+	// through the apiserver; Path is the store's cluster-wide collection
+	// path (e.g. /api/v1/pods) and Namespaced says whether the resource
+	// is namespaced.
+	APIServer  *APIServer
+	Path       string
+	Namespaced bool
 	// Store is the apiserver-fed store whose freshness is proven.
 	Store *snapshot.Store
 	// Resource names the store's resource in logs and metrics.
@@ -73,6 +85,9 @@ type ProverConfig struct {
 type Prover struct {
 	cfg ProverConfig
 	ctx context.Context // ends the tracker
+	// remote proves through the apiserver; nil with a Checker or without
+	// ProverConfig.APIServer.
+	remote *apiserverProof
 
 	mu      sync.Mutex // guards tracker, wrong, empty and tried
 	tracker *Tracker   // nil until the prefix was verified
@@ -87,7 +102,11 @@ func NewProver(ctx context.Context, cfg ProverConfig) *Prover {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultProofTimeout
 	}
-	return &Prover{cfg: cfg, ctx: ctx}
+	p := &Prover{cfg: cfg, ctx: ctx}
+	if cfg.Checker == nil && cfg.APIServer != nil && !cfg.Aggregated {
+		p.remote = newAPIServerProof(ctx, cfg.APIServer, cfg.Store, cfg.Resource, cfg.Path, cfg.Namespaced)
+	}
+	return p
 }
 
 // Consistent proves a consistent read (resourceVersion unset): probe etcd's
@@ -104,6 +123,9 @@ func (p *Prover) Consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Ou
 }
 
 func (p *Prover) consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Outcome) {
+	if p.remote != nil {
+		return p.consistentThroughAPIServer(ctx)
+	}
 	t, wrong := p.verifiedTracker(ctx)
 	switch {
 	case wrong:
@@ -124,6 +146,40 @@ func (p *Prover) consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Ou
 		return nil, 0, SnapshotTimeout
 	}
 	return snap, max(rv, uint64(etcdRev)), Served
+}
+
+// consistentThroughAPIServer is Consistent without etcd: probe the
+// resource's current revision R through the apiserver, learn the last
+// change L ≤ R from the store's own feed or an auxiliary watch, wait for
+// the store to hold L, and serve at max(snapshot RV, R).
+func (p *Prover) consistentThroughAPIServer(ctx context.Context) (*snapshot.Snapshot, uint64, Outcome) {
+	rev, _, err := p.remote.probes.current(ctx)
+	if err != nil {
+		return nil, 0, ProbeFailed
+	}
+	r := uint64(rev)
+	last, err := p.remote.prove(ctx, r)
+	switch {
+	case errors.Is(err, errNoBookmarks):
+		return nil, 0, NoBookmarks
+	case err != nil:
+		return nil, 0, ProgressTimeout
+	}
+	proven := time.Now()
+	snap, rv, err := p.cfg.Store.WaitFor(ctx, last)
+	if err != nil {
+		if p.cfg.Behind != nil {
+			p.cfg.Behind(last, proven)
+		}
+		return nil, 0, SnapshotTimeout
+	}
+	return snap, max(rv, r), Served
+}
+
+// ProvesConsistentReads reports whether the prover can prove consistent
+// reads at all: with etcd, or through the apiserver.
+func (p *Prover) ProvesConsistentReads() bool {
+	return p.cfg.Checker != nil || p.remote != nil
 }
 
 // At returns the state at rv for a store that has not yet seen rv (a
@@ -305,11 +361,11 @@ func (p *Prover) proveAndWait(ctx context.Context, t *Tracker, rev int64) (*snap
 // etcd unreachable within ctx, or the snapshot's revision compacted).
 // Callers bound ctx: other callers wait on mu meanwhile.
 func (p *Prover) verifiedTracker(ctx context.Context) (t *Tracker, wrong bool) {
-	if p.cfg.Checker == nil {
-		return nil, false // no etcd: nothing can be proven
-	}
 	if p.cfg.Aggregated {
 		return nil, true
+	}
+	if p.cfg.Checker == nil {
+		return nil, false // no etcd: nothing can be proven
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

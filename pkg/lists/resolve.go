@@ -33,7 +33,7 @@ const (
 // Reasons of resolve and respond besides those of paging.Decide and
 // freshness.Prover.
 const (
-	ReasonNoEtcd              Reason = "no_etcd"                    // consistent read without etcd: pass through
+	ReasonNoProof             Reason = "no_proof"                   // consistent read with no proof configured: pass through
 	ReasonNotSynced           Reason = "not_synced"                 // the store has no snapshot yet: pass through
 	ReasonTooLargeRV          Reason = "resource_version_too_large" // 504: etcd itself has not reached the RV
 	ReasonNotOlderThanTimeout Reason = "not_older_than_timeout"     // the store did not reach the RV in time: pass through
@@ -121,9 +121,10 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 	switch d.Action {
 	case paging.PassThrough, paging.Reject:
 	case paging.ServeConsistent:
-		if !l.stores.ProvesWithEtcd() {
-			// Without etcd, freshness cannot be proven: pass through.
-			return pass(ReasonNoEtcd)
+		if !l.stores.ProvesConsistentReads() {
+			// Nothing proves freshness (no etcd, and no proof through the
+			// apiserver): pass through.
+			return pass(ReasonNoProof)
 		}
 		fallthrough
 	default:
@@ -180,7 +181,7 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 		// through (or 429).
 		snap, rv, outcome := h.Prover().Consistent(ctx)
 		if snap == nil {
-			if l.cfg.FallbackReject && outcome != freshness.PrefixUnverified {
+			if l.cfg.FallbackReject && outcome != freshness.PrefixUnverified && outcome != freshness.NoBookmarks {
 				return reject(Reason(outcome), apierrors.NewTooManyRequests("listproxy could not prove the freshness of its snapshot in time; retry", 1))
 			}
 			return pass(Reason(outcome))

@@ -78,7 +78,7 @@ func TestResolve(t *testing.T) {
 		{name: "continue_with_rv", query: listQuery{continueToken: seal(10), resourceVersion: "10"}, want: outcomeReject, wantReason: "resource_version_with_continue", wantCode: http.StatusBadRequest},
 		{name: "continue_not_retained", query: listQuery{continueToken: seal(30)}, want: outcomePass, wantReason: ReasonContinueNotRetained},
 		// Consistent reads.
-		{name: "consistent_without_etcd", query: listQuery{}, want: outcomePass, wantReason: ReasonNoEtcd},
+		{name: "consistent_without_etcd", query: listQuery{}, want: outcomePass, wantReason: ReasonNoProof},
 		// resourceVersion="0".
 		{name: "latest", query: listQuery{resourceVersion: "0"}, want: outcomeServe, wantReason: "latest", wantRV: 20},
 		{name: "latest_not_synced", query: listQuery{resourceVersion: "0"}, format: wire.Protobuf, want: outcomePass, wantReason: ReasonNotSynced},

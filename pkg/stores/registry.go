@@ -17,7 +17,10 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/listproxy/listproxy/pkg/consistency"
+
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/table"
@@ -76,8 +79,14 @@ type Config struct {
 	StoreMetrics *snapshot.Metrics
 
 	// Freshness proves consistent reads with etcd; nil without etcd
-	// access (managed clusters): consistent reads then pass through.
+	// access (managed clusters).
 	Freshness *freshness.Checker
+	// ProveThroughAPIServer, without Freshness, proves consistent reads
+	// through the apiserver (freshness.APIServer), with the proof metrics
+	// registered with ProofRegisterer. With neither, consistent reads pass
+	// through.
+	ProveThroughAPIServer bool
+	ProofRegisterer       prometheus.Registerer
 	// EtcdPrefix returns a resource's etcd key prefix (with a trailing "/").
 	EtcdPrefix func(gr schema.GroupResource, custom bool) string
 	// ConsistentReadTimeout bounds proving freshness (freshness.Prover).
@@ -140,10 +149,13 @@ func DefaultConfig() Config {
 // and drops it when idle or when discovery changes. Requests reach a store
 // through Acquire only.
 type Registry struct {
-	cfg     Config
-	clock   clock.WithTicker
-	client  *http.Client
-	catalog *catalog
+	cfg    Config
+	clock  clock.WithTicker
+	client *http.Client
+	// apiserverProof proves consistent reads without etcd; nil with
+	// Config.Freshness or without Config.ProveThroughAPIServer.
+	apiserverProof *freshness.APIServer
+	catalog        *catalog
 	// peerClient and peerHost reach Config.Peer; nil without one.
 	peerClient *http.Client
 	peerHost   string
@@ -227,6 +239,14 @@ func New(cfg Config) (*Registry, error) {
 			reg.peerClient = nil
 		}
 		reg.peerHost = strings.TrimSuffix(cfg.Peer.Host, "/")
+	}
+	if cfg.Freshness == nil && cfg.ProveThroughAPIServer {
+		reg.apiserverProof, err = freshness.NewAPIServer(freshness.APIServerConfig{
+			Client: client, Host: strings.TrimSuffix(cfg.Upstream.Host, "/"), Registerer: cfg.ProofRegisterer,
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	reg.consistency = consistency.New(cfg.ConsistencyCheck, consistencyView{reg}, consistencyView{reg})
 	return reg, nil
@@ -319,9 +339,11 @@ func (reg *Registry) WatchListDefaults() bool { return reg.catalog.watchListDefa
 // for clients that accept it.
 func (reg *Registry) WatchListGzip() bool { return reg.catalog.watchListGzip() }
 
-// ProvesWithEtcd reports whether consistent reads can be proven (etcd is
-// reachable); without, they pass through.
-func (reg *Registry) ProvesWithEtcd() bool { return reg.cfg.Freshness != nil }
+// ProvesConsistentReads reports whether consistent reads can be proven,
+// with etcd or through the apiserver; otherwise they pass through.
+func (reg *Registry) ProvesConsistentReads() bool {
+	return reg.cfg.Freshness != nil || reg.apiserverProof != nil
+}
 
 // drop stops the stores of the given resources (all stores for nil).
 func (reg *Registry) drop(gvrs []schema.GroupVersionResource) {
@@ -486,6 +508,9 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 	}
 	e.prover = freshness.NewProver(e.ctx, freshness.ProverConfig{
 		Checker:    reg.cfg.Freshness,
+		APIServer:  reg.apiserverProof,
+		Path:       e.source.path,
+		Namespaced: info.Namespaced,
 		Store:      e.store,
 		Resource:   info.GVR.GroupResource().String(),
 		Prefix:     prefix,

@@ -146,7 +146,7 @@ func (h *Handler) target(req collection.Request, handle *stores.Handle) Target {
 	t.Holds = func(ctx context.Context, rv uint64) bool {
 		return rv <= t.Store.Progress() || prover.Holds(ctx, rv)
 	}
-	if h.stores.ProvesWithEtcd() {
+	if h.stores.ProvesConsistentReads() {
 		// Proven exactly as a consistent LIST (freshness.Prover).
 		t.Consistent = func(ctx context.Context) (*snapshot.Snapshot, uint64, bool) {
 			snap, rv, _ := prover.Consistent(ctx)

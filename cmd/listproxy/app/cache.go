@@ -63,6 +63,7 @@ type CacheOptions struct {
 	EtcdResourcePrefixes   map[string]string
 	ConsistentReadTimeout  time.Duration
 	ConsistentReadFallback string
+	ConsistentProof        string
 
 	WatchStallTimeout time.Duration
 	WatchLagTimeout   time.Duration
@@ -96,6 +97,7 @@ func newCacheOptions() CacheOptions {
 		EtcdResourcePrefixes:     map[string]string{},
 		ConsistentReadTimeout:    s.ConsistentReadTimeout,
 		ConsistentReadFallback:   "apiserver",
+		ConsistentProof:          proofAuto,
 		WatchStallTimeout:        s.WatchStallTimeout,
 		WatchLagTimeout:          s.WatchLagTimeout,
 
@@ -146,8 +148,10 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"How long a LIST waits for room under --max-inflight-lists and --max-inflight-list-bytes before it gets 429; 0 rejects at once.")
 	fs.DurationVar(&o.ListWriteTimeout, "list-write-timeout", o.ListWriteTimeout,
 		"Deadline for writing a LIST response from a snapshot, from when it starts; past it the response is cut short (HTTP/1.1 connection closed, HTTP/2 stream reset) and its resources freed. 0 for none.")
+	fs.StringVar(&o.ConsistentProof, "consistent-proof", o.ConsistentProof,
+		"How the freshness of consistent reads (resourceVersion unset: kubectl get, informers' watch-lists) is proven: etcd (needs --etcd-servers: an etcd revision probe and progress requests), apiserver (no etcd access, as on managed clusters: a name-scoped consistent LIST per round, then the store's own feed or a 3-second auxiliary watch), off (consistent reads pass through), or auto (etcd with --etcd-servers, else apiserver).")
 	fs.StringSliceVar(&o.EtcdServers, "etcd-servers", o.EtcdServers,
-		"etcd client URLs of the cluster's etcd, to prove freshness of consistent reads (resourceVersion unset). Empty: consistent reads pass through.")
+		"etcd client URLs of the cluster's etcd, to prove freshness of consistent reads (resourceVersion unset) and follow its compaction.")
 	fs.StringVar(&o.EtcdCAFile, "etcd-cafile", o.EtcdCAFile, "CA file to verify etcd's serving certificate.")
 	fs.StringVar(&o.EtcdCertFile, "etcd-certfile", o.EtcdCertFile, "Client certificate for etcd.")
 	fs.StringVar(&o.EtcdKeyFile, "etcd-keyfile", o.EtcdKeyFile, "Client key for etcd.")
@@ -192,6 +196,18 @@ func (o *CacheOptions) validate() []error {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative, got %v", name, d))
 		}
+	}
+	switch o.ConsistentProof {
+	case proofAuto, proofAPIServer, proofOff:
+		if o.ConsistentProof != proofAuto && len(o.EtcdServers) > 0 {
+			errs = append(errs, fmt.Errorf("--consistent-proof=%s: --etcd-servers is set; etcd proves consistent reads (--consistent-proof=etcd or auto)", o.ConsistentProof))
+		}
+	case proofEtcd:
+		if len(o.EtcdServers) == 0 {
+			errs = append(errs, errors.New("--consistent-proof=etcd: needs --etcd-servers"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--consistent-proof: must be auto, etcd, apiserver or off, got %q", o.ConsistentProof))
 	}
 	if o.ConsistentReadTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--consistent-read-timeout: must be positive, got %v", o.ConsistentReadTimeout))
@@ -380,6 +396,14 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*c
 	return c, nil
 }
 
+// Values of --consistent-proof.
+const (
+	proofAuto      = "auto"
+	proofEtcd      = "etcd"
+	proofAPIServer = "apiserver"
+	proofOff       = "off"
+)
+
 // storesConfig is the store registry's config from the options, with its
 // metrics registered with reg and, with --etcd-servers, the freshness
 // checker started under ctx.
@@ -430,7 +454,13 @@ func (o *CacheOptions) storesConfig(ctx context.Context, cfg *Config, reg promet
 	scfg.ConsistencyCheck.Interval = o.ConsistencyCheckInterval
 	scfg.ConsistencyCheck.Metrics = consistencyMetrics
 	if len(o.EtcdServers) == 0 {
-		klog.InfoS("Consistent reads pass through to the apiserver (no --etcd-servers); other reads are served from snapshots")
+		if o.ConsistentProof == proofOff {
+			klog.InfoS("Consistent reads pass through to the apiserver (--consistent-proof=off); other reads are served from snapshots")
+			return scfg, nil
+		}
+		scfg.ProveThroughAPIServer = true
+		scfg.ProofRegisterer = reg
+		klog.InfoS("Consistent reads are served from snapshots, with freshness proven through the apiserver (no --etcd-servers)")
 		return scfg, nil
 	}
 	tlsConfig, err := o.etcdTLS()

@@ -1,0 +1,450 @@
+package freshness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// Proof through the apiserver, for clusters whose etcd listproxy cannot
+// reach (docs/design.md "Freshness without etcd"). Per store and round:
+//
+//  1. Probe: a consistent LIST of one reserved name, sent after the reads it
+//     serves arrived, returns R ≥ the etcd revision at their arrival (the
+//     apiserver serves a consistent read at or after its current revision).
+//  2. Fast path: the store's own feed reaches R (an event or a bookmark at
+//     or beyond R: one watch stream delivers a resource's events in RV
+//     order, without gaps).
+//  3. Slow path: an auxiliary watch from the store's position S, unfiltered
+//     and metadata-only, with a short timeoutSeconds so the apiserver sends
+//     it one bookmark. Once it shows a bookmark ≥ R or an event > R, it has
+//     delivered every event in (S, R]; the last of them, L (or S), is all
+//     the store must hold, and then its snapshot is the state at R.
+//
+// Nothing is inferred across two streams or from timing.
+
+// Defaults of APIServerConfig.
+const (
+	// DefaultFastWait is how long a proof waits for the store's own feed
+	// before it turns to an auxiliary watch: a busy resource's next event
+	// usually arrives sooner.
+	DefaultFastWait = 50 * time.Millisecond
+	// DefaultAuxTimeoutSeconds is an auxiliary watch's timeoutSeconds. The
+	// apiserver sends a watch one bookmark 2 s before its deadline (bucketed
+	// to its 1 s dispatch tick), so 3 s yields exactly one, within 0–2.25 s.
+	DefaultAuxTimeoutSeconds = 3
+)
+
+// ProbeName is the object name a probe asks for. Any name works; a
+// reserved one makes the probe's answer empty.
+const ProbeName = "listproxy-freshness-probe"
+
+// probeNamespace is where probes of namespaced resources look, so that the
+// apiserver serves them as reads of one key (O(1), one APF seat).
+const probeNamespace = "default"
+
+// APIServerConfig configures an APIServer.
+type APIServerConfig struct {
+	// Client and Host reach the apiserver with listproxy's credentials
+	// (Host: scheme://host[:port][/prefix]). Use the client the stores'
+	// feeds use: behind an L4 balancer the probe, the auxiliary watch and
+	// the feed then go to the same instance.
+	Client *http.Client
+	Host   string
+	// FastWait and AuxTimeoutSeconds: 0 selects the defaults.
+	FastWait          time.Duration
+	AuxTimeoutSeconds int
+	// Registerer registers the proof metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// APIServer proves the freshness of stores through the apiserver alone.
+// Give it to every store's Prover (ProverConfig.APIServer).
+type APIServer struct {
+	cfg     APIServerConfig
+	metrics *apiserverMetrics
+}
+
+// NewAPIServer returns an APIServer for cfg.
+func NewAPIServer(cfg APIServerConfig) (*APIServer, error) {
+	if cfg.Client == nil || cfg.Host == "" {
+		return nil, errors.New("freshness: APIServerConfig.Client and Host are required")
+	}
+	if cfg.FastWait <= 0 {
+		cfg.FastWait = DefaultFastWait
+	}
+	if cfg.AuxTimeoutSeconds <= 0 {
+		cfg.AuxTimeoutSeconds = DefaultAuxTimeoutSeconds
+	}
+	m, err := newAPIServerMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &APIServer{cfg: cfg, metrics: m}, nil
+}
+
+// Why a proof through the apiserver failed.
+var (
+	// errNoBookmarks: the resource's watches carry no bookmarks (it has no
+	// watch cache), so only its own feed's events can prove anything.
+	errNoBookmarks = errors.New("the resource's watches carry no bookmarks")
+	// errInconclusive: auxiliary watches ended without reaching the probed
+	// revision (an instance behind, a 410, a closed stream).
+	errInconclusive = errors.New("auxiliary watches did not reach the probed revision")
+)
+
+// apiserverProof is one store's proof through the apiserver.
+type apiserverProof struct {
+	api       *APIServer
+	store     *snapshot.Store
+	resource  string
+	probeURL  string // the name-scoped consistent LIST
+	watchPath string // the store's collection path
+	probes    sharedProbe
+	ctx       context.Context // ends auxiliary watches with the store
+
+	mu          sync.Mutex // guards aux and noBookmarks
+	aux         *auxWatch  // the running auxiliary watch, nil if none
+	noBookmarks bool
+}
+
+func newAPIServerProof(ctx context.Context, api *APIServer, store *snapshot.Store, resource, path string, namespaced bool) *apiserverProof {
+	probePath := path
+	if namespaced {
+		i := strings.LastIndexByte(path, '/')
+		probePath = path[:i] + "/namespaces/" + probeNamespace + path[i:]
+	}
+	q := url.Values{"fieldSelector": {"metadata.name=" + ProbeName}}
+	a := &apiserverProof{
+		api:       api,
+		store:     store,
+		resource:  resource,
+		probeURL:  api.cfg.Host + probePath + "?" + q.Encode(),
+		watchPath: path,
+		ctx:       ctx,
+	}
+	a.probes.read = a.readRevision
+	return a
+}
+
+// readRevision sends the probe: the resourceVersion of a consistent LIST.
+func (a *apiserverProof) readRevision(ctx context.Context) (int64, error) {
+	start := time.Now()
+	rev, err := a.list(ctx)
+	a.api.metrics.observeProbe(time.Since(start), err)
+	return rev, err
+}
+
+func (a *apiserverProof) list(ctx context.Context) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.probeURL, nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Accept", wire.MetaJSON.ListAccept())
+	req.Header.Set("User-Agent", "listproxy")
+	resp, err := a.api.cfg.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("probe: HTTP %d: %.200s", resp.StatusCode, body)
+	}
+	var list struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &list); err != nil {
+		return 0, fmt.Errorf("probe: %w", err)
+	}
+	rv, err := strconv.ParseInt(list.Metadata.ResourceVersion, 10, 64)
+	if err != nil || rv <= 0 {
+		return 0, fmt.Errorf("probe: resourceVersion %q", list.Metadata.ResourceVersion)
+	}
+	return rv, nil
+}
+
+// prove returns L, a revision such that a store holding every change up to
+// L holds the state at R: the fast path, or up to two auxiliary watches.
+func (a *apiserverProof) prove(ctx context.Context, r uint64) (uint64, error) {
+	fast, cancel := context.WithTimeout(ctx, a.api.cfg.FastWait)
+	_, _, err := a.store.WaitFor(fast, r)
+	cancel()
+	if err == nil {
+		a.api.metrics.proof(a.resource, pathFast)
+		return r, nil
+	}
+	if ctx.Err() != nil {
+		return 0, ctx.Err()
+	}
+	for range 2 {
+		aux, noBookmarks := a.runningAux()
+		if noBookmarks {
+			a.api.metrics.proof(a.resource, pathNoBookmarks)
+			return 0, errNoBookmarks
+		}
+		if aux == nil {
+			break // the store is not synced: nothing to start from
+		}
+		last, ok := aux.lastChange(ctx, r)
+		if ok {
+			a.api.metrics.proof(a.resource, pathAux)
+			return last, nil
+		}
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+	}
+	a.api.metrics.proof(a.resource, pathInconclusive)
+	return 0, errInconclusive
+}
+
+// runningAux returns the running auxiliary watch, or starts one from the
+// store's position; nil when the store has no position yet. Any auxiliary
+// watch serves any round: it starts at a position S the store has passed,
+// and the revision it yields is at least S.
+func (a *apiserverProof) runningAux() (*auxWatch, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.noBookmarks {
+		return nil, true
+	}
+	if a.aux != nil && !a.aux.ended() {
+		return a.aux, false
+	}
+	if _, from, err := a.store.Latest(); err != nil || from == 0 {
+		return nil, false
+	} else {
+		a.aux = newAuxWatch(from)
+	}
+	go a.runAux(a.aux)
+	return a.aux, false
+}
+
+// runAux runs aux to its first bookmark, or to its end.
+func (a *apiserverProof) runAux(aux *auxWatch) {
+	timeout := time.Duration(a.api.cfg.AuxTimeoutSeconds) * time.Second
+	ctx, cancel := context.WithTimeout(a.ctx, timeout+5*time.Second)
+	defer cancel()
+	start := time.Now()
+	result := a.watch(ctx, aux)
+	if result == auxNoBookmark && time.Since(start) >= timeout {
+		// The apiserver ended the watch at its deadline without the
+		// bookmark it sends every watch with a watch cache.
+		a.mu.Lock()
+		a.noBookmarks = true
+		a.mu.Unlock()
+	}
+	a.api.metrics.auxWatch(a.resource, result)
+	aux.end()
+}
+
+// watch reads the auxiliary watch into aux and returns how it ended.
+func (a *apiserverProof) watch(ctx context.Context, aux *auxWatch) string {
+	q := url.Values{
+		"watch":               {"true"},
+		"allowWatchBookmarks": {"true"},
+		"resourceVersion":     {strconv.FormatUint(aux.from, 10)},
+		"timeoutSeconds":      {strconv.Itoa(a.api.cfg.AuxTimeoutSeconds)},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.api.cfg.Host+a.watchPath+"?"+q.Encode(), nil)
+	if err != nil {
+		return auxError
+	}
+	req.Header.Set("Accept", wire.MetaJSON.WatchAccept())
+	req.Header.Set("User-Agent", "listproxy")
+	resp, err := a.api.cfg.Client.Do(req) //nolint:bodyclose // closed by the decoder
+	if err != nil {
+		return auxError
+	}
+	dec := wire.NewWatchDecoder(wire.MetaJSON, resp.Body, wire.WatchOptions{})
+	defer dec.Close()
+	if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode == http.StatusGone {
+			return auxExpired
+		}
+		return auxError
+	}
+	for {
+		ev, err := dec.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return auxNoBookmark
+			}
+			return auxError
+		}
+		switch ev.Type {
+		case wire.Error:
+			return auxExpired
+		case wire.Bookmark:
+			rv, err := strconv.ParseUint(ev.ResourceVersion, 10, 64)
+			if err != nil {
+				return auxError
+			}
+			aux.observe(rv, false)
+			return auxBookmark
+		default:
+			rv, err := strconv.ParseUint(ev.ResourceVersion, 10, 64)
+			if err != nil {
+				return auxError
+			}
+			aux.observe(rv, true)
+		}
+	}
+}
+
+// auxWatch is what one auxiliary watch has shown: every event after from
+// up to covered.
+type auxWatch struct {
+	from uint64
+
+	mu      sync.Mutex
+	events  []uint64 // RVs of the events after from, ascending
+	covered uint64   // every event up to covered was delivered
+	done    bool
+	changed chan struct{} // closed and replaced when covered grows or done
+}
+
+func newAuxWatch(from uint64) *auxWatch {
+	return &auxWatch{from: from, covered: from, changed: make(chan struct{})}
+}
+
+// observe records an event (isEvent) or a bookmark at rv.
+func (w *auxWatch) observe(rv uint64, isEvent bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if rv <= w.covered {
+		return // at or below what is known: a replay, or a stale bookmark
+	}
+	if isEvent {
+		w.events = append(w.events, rv)
+	}
+	w.covered = rv
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+func (w *auxWatch) end() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+func (w *auxWatch) ended() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.done
+}
+
+// lastChange waits until the watch covers r and returns the last event at
+// or before r (or from, if none); ok is false if the watch ended short of
+// r or ctx ended.
+func (w *auxWatch) lastChange(ctx context.Context, r uint64) (last uint64, ok bool) {
+	for {
+		w.mu.Lock()
+		if w.covered >= r {
+			last = w.from
+			for _, rv := range w.events {
+				if rv <= r {
+					last = rv
+				}
+			}
+			w.mu.Unlock()
+			return last, true
+		}
+		done, changed := w.done, w.changed
+		w.mu.Unlock()
+		if done {
+			return 0, false
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// Proof paths and auxiliary watch results: metric label values.
+const (
+	pathFast         = "fast"
+	pathAux          = "aux"
+	pathNoBookmarks  = "no_bookmarks"
+	pathInconclusive = "inconclusive"
+
+	auxBookmark   = "bookmark"
+	auxNoBookmark = "no_bookmark"
+	auxExpired    = "expired"
+	auxError      = "error"
+)
+
+type apiserverMetrics struct {
+	probeDuration *prometheus.HistogramVec
+	proofs        *prometheus.CounterVec
+	auxWatches    *prometheus.CounterVec
+}
+
+func newAPIServerMetrics(reg prometheus.Registerer) (*apiserverMetrics, error) {
+	m := &apiserverMetrics{
+		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "listproxy", Subsystem: "freshness", Name: "apiserver_probe_duration_seconds",
+			Help:    "Duration of the name-scoped consistent LISTs that read a resource's current revision through the apiserver, by result (ok, error).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 13),
+		}, []string{"result"}),
+		proofs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "listproxy", Subsystem: "freshness", Name: "apiserver_proofs_total",
+			Help: "Proofs through the apiserver by resource and path: fast (the store's own feed), aux (an auxiliary watch), no_bookmarks (the resource's watches carry none), inconclusive (auxiliary watches fell short).",
+		}, []string{"resource", "path"}),
+		auxWatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "listproxy", Subsystem: "freshness", Name: "aux_watches_total",
+			Help: "Auxiliary watches by resource and how they ended (bookmark, no_bookmark, expired, error).",
+		}, []string{"resource", "result"}),
+	}
+	for _, r := range []string{probeOK, probeError} {
+		m.probeDuration.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.probeDuration, m.proofs, m.auxWatches} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register apiserver proof metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *apiserverMetrics) observeProbe(d time.Duration, err error) {
+	result := probeOK
+	if err != nil {
+		result = probeError
+	}
+	m.probeDuration.WithLabelValues(result).Observe(d.Seconds())
+}
+
+func (m *apiserverMetrics) proof(resource, path string) {
+	m.proofs.WithLabelValues(resource, path).Inc()
+}
+
+func (m *apiserverMetrics) auxWatch(resource, result string) {
+	m.auxWatches.WithLabelValues(resource, result).Inc()
+}
