@@ -361,6 +361,19 @@ func listAsWatchFrames(ctx context.Context, t *testing.T, c rawClient, path, lab
 // store must equal a LIST from the apiserver, and listproxy's metrics must
 // show that it served the watch-lists and the streams.
 func TestWatchListInformers(t *testing.T) {
+	checkWatchListInformers(t, true)
+}
+
+// TestWatchListInformersWithoutEtcd is TestWatchListInformers with
+// listproxy given no etcd address: the informers' consistent watch-lists
+// are proven fresh through the apiserver and served from snapshots.
+func TestWatchListInformersWithoutEtcd(t *testing.T) {
+	checkWatchListInformers(t, false)
+}
+
+// checkWatchListInformers is TestWatchListInformers, with listproxy given
+// the etcd address or not.
+func checkWatchListInformers(t *testing.T, withEtcd bool) {
 	// What KUBE_WATCHLIST_INCONSISTENCY_DETECTOR=true does at process
 	// start: after each watch-list the reflector lists at the bookmark's
 	// resourceVersion (Exact) and panics on any difference.
@@ -369,7 +382,11 @@ func TestWatchListInformers(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	createWidgetCRD(t, cp.AdminConfig)
 	w := seedWorld(t, cp, 3, 30, 20, 4)
-	lp := framework.StartListproxy(t, cp, "--serve-watches", "--etcd-servers="+cp.EtcdEndpoint)
+	args := []string{"--serve-watches"}
+	if withEtcd {
+		args = append(args, "--etcd-servers="+cp.EtcdEndpoint)
+	}
+	lp := framework.StartListproxy(t, cp, args...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	lpc := newRawClient(t, lp.Config())
@@ -460,8 +477,8 @@ func TestWatchListInformers(t *testing.T) {
 		{"pods", "protobuf"}, {"widgets.demo.listproxy.io", "json"}, {"pods", "meta-protobuf"},
 	} {
 		pairs := []string{`resource="` + want.resource + `"`, `format="` + want.format + `"`}
-		if got := m.Sum("listproxy_watch_served_total", pairs...); got < 1 {
-			t.Errorf("listproxy served %v watches of %s in %s; want the informers' watch-lists", got, want.resource, want.format)
+		if got := m.Sum("listproxy_watch_served_total", append(pairs, `start="initial_consistent"`)...); got < 1 {
+			t.Errorf("listproxy served %v consistent watch-lists of %s in %s; want the informers' watch-lists", got, want.resource, want.format)
 		}
 		if got := m.Sum("listproxy_watch_events_total", append(pairs, `type="MODIFIED"`)...); got < 1 {
 			t.Errorf("listproxy sent %v MODIFIED events of %s in %s; want the live stream", got, want.resource, want.format)
