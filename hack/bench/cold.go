@@ -50,9 +50,9 @@ func (e *env) startExtraListproxy(ctx context.Context, name string, extra ...str
 	args := []string{
 		"--kubeconfig=" + filepath.Join(clusterDir, "admin.kubeconfig"),
 		"--listen-address=" + addr,
-		"--etcd-servers=" + e.cp.EtcdEndpoint,
 		"--continue-token-keys-file=" + filepath.Join(clusterDir, "continue-token-keys"),
 	}
+	args = append(args, e.cfg.proofArgs(e.cp.EtcdEndpoint)...)
 	args = append(append(args, e.cfg.listproxyArgs...), extra...)
 	restore, err := setEnv(e.cfg.listproxyEnv)
 	if err != nil {

@@ -87,9 +87,9 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
 		"--listen-address=" + addr,
-		"--etcd-servers=" + cp.EtcdEndpoint,
 		"--continue-token-keys-file=" + keysFile,
 	}
+	args = append(args, cfg.proofArgs(cp.EtcdEndpoint)...)
 	args = append(args, cfg.listproxyArgs...)
 	logf("starting %s %s", cfg.listproxyBin, strings.Join(cfg.listproxyArgs, " "))
 	// The child inherits the environment at start: set listproxy's own

@@ -2,7 +2,8 @@
 // kube-apiserver it fronts, on the same data in the same run.
 //
 // It starts etcd and kube-apiserver (test/framework, under BENCH_OUT/cluster)
-// and the listproxy binary as a separate process with --etcd-servers, seeds
+// and the listproxy binary as a separate process (with --etcd-servers, or
+// none: BENCH_CONSISTENT_PROOF), seeds
 // BENCH_PODS pods of about 4 KB through the apiserver, warms listproxy, and
 // then runs every scenario against the apiserver directly and through
 // listproxy, alternating. For each it reports wall time, the CPU time of the
@@ -43,6 +44,7 @@
 //	BENCH_SLOW_INFLIGHT_BYTES=67108864  --max-inflight-list-bytes of the listproxy the slow watch-lists go to
 //	BENCH_WATCHERS=1000         pod watchers kept open in the steady-state scenario
 //	BENCH_NODE_WATCHERS=5000    node agents' watchers (spec.nodeName=NODE watch-lists) in the node agents scenario
+//	BENCH_CONSISTENT_PROOF=etcd how listproxy proves consistent reads: etcd (--etcd-servers) or apiserver (no etcd address)
 //	BENCH_LISTPROXY_BIN         listproxy binary (default _output/bin/listproxy)
 //	BENCH_LISTPROXY_ARGS        extra listproxy flags, space-separated (e.g. --snapshot-history=15s)
 //	BENCH_LISTPROXY_ENV         environment for listproxy only, space-separated (e.g. GOGC=25)
@@ -89,6 +91,18 @@ type config struct {
 	slowInflight     int64
 	watchers         int
 	nodeWatchers     int
+	// consistentProof is how listproxy proves consistent reads: "etcd"
+	// (given --etcd-servers) or "apiserver" (given no etcd address, as on
+	// a managed cluster).
+	consistentProof string
+}
+
+// proofArgs are listproxy's flags for cfg.consistentProof.
+func (cfg config) proofArgs(etcdEndpoint string) []string {
+	if cfg.consistentProof == "apiserver" {
+		return []string{"--consistent-proof=apiserver"}
+	}
+	return []string{"--etcd-servers=" + etcdEndpoint}
 }
 
 func main() {
@@ -133,6 +147,7 @@ func parseConfig(args []string) (config, error) {
 	consistentN := fs.Int("consistent-requests", envInt("BENCH_CONSISTENT_REQUESTS", 200), "consistent LISTs per side under writes ($BENCH_CONSISTENT_REQUESTS)")
 	lpArgs := fs.String("listproxy-args", envString("BENCH_LISTPROXY_ARGS", ""), "extra listproxy flags, space-separated ($BENCH_LISTPROXY_ARGS)")
 	lpEnv := fs.String("listproxy-env", envString("BENCH_LISTPROXY_ENV", ""), "NAME=VALUE settings for listproxy's environment only, space-separated ($BENCH_LISTPROXY_ENV)")
+	proof := fs.String("consistent-proof", envString("BENCH_CONSISTENT_PROOF", "etcd"), "how listproxy proves consistent reads: etcd (given --etcd-servers) or apiserver (no etcd address) ($BENCH_CONSISTENT_PROOF)")
 	hold := fs.Bool("hold", os.Getenv("BENCH_HOLD") != "", "keep the processes running after the report until Ctrl-C ($BENCH_HOLD)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -143,9 +158,12 @@ func parseConfig(args []string) (config, error) {
 		concurrency: *concurrency, consistentN: *consistentN, informers: *informers, watchers: *watchers,
 		stormWrites: *stormWrites, slowWatchLists: *slowWatchLists, slowInflight: *slowInflight, nodeWatchers: *nodeWatchers,
 		listproxyArgs: strings.Fields(*lpArgs), listproxyEnv: strings.Fields(*lpEnv), hold: *hold,
-		scenarios: map[string]bool{},
+		consistentProof: *proof,
+		scenarios:       map[string]bool{},
 	}
 	switch {
+	case cfg.consistentProof != "etcd" && cfg.consistentProof != "apiserver":
+		return config{}, fmt.Errorf("-consistent-proof=%q: want etcd or apiserver", cfg.consistentProof)
 	case cfg.pods < 500:
 		return config{}, fmt.Errorf("-pods=%d: need at least 500 (one per node)", cfg.pods)
 	case cfg.reps < 1:
@@ -243,7 +261,7 @@ func run(ctx context.Context, cfg config) error {
 			KubeVersion: kubeVersion,
 			Pods:        cfg.pods, Namespaces: numNamespaces, Nodes: numNodes, Reps: cfg.reps,
 			Churn: cfg.churn.String(), WriteRate: cfg.writeRate, WalkLimits: cfg.walkLimits,
-			ListproxyArgs: cfg.listproxyArgs, ListproxyEnv: cfg.listproxyEnv,
+			ListproxyArgs: cfg.listproxyArgs, ListproxyEnv: cfg.listproxyEnv, ConsistentProof: cfg.consistentProof,
 			CPUs: numCPU(), LoadAvg: loadAvg(),
 		},
 		ObjectBytes: env.objectBytes,

@@ -377,3 +377,9 @@ func loadAvg() string {
 	}
 	return strings.Join(f[:3], " ")
 }
+
+// delta is how much the samples of name with every label pair grew from
+// before to after.
+func delta(before, after framework.Metrics, name string, pairs ...string) float64 {
+	return after.Sum(name, pairs...) - before.Sum(name, pairs...)
+}

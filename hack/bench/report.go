@@ -47,6 +47,9 @@ type reportConfig struct {
 	// the harness's own flags.
 	ListproxyArgs []string `json:"listproxy_args,omitempty"`
 	ListproxyEnv  []string `json:"listproxy_env,omitempty"`
+	// ConsistentProof is how listproxy proved consistent reads: etcd or
+	// apiserver.
+	ConsistentProof string `json:"consistent_proof"`
 }
 
 // side is one target's measurements of a scenario. Times are seconds;
@@ -130,6 +133,12 @@ type freshness struct {
 	WaitP99         num     `json:"wait_p99_s"`
 	Served          float64 `json:"served"`
 	NotServed       float64 `json:"not_proven"`
+	// Probes, AuxWatches and ProofPaths are the apiserver's share of the
+	// proofs without etcd (BENCH_CONSISTENT_PROOF=apiserver): probe LISTs
+	// and auxiliary watches sent, and proofs by path.
+	Probes     float64            `json:"apiserver_probes,omitempty"`
+	AuxWatches float64            `json:"aux_watches,omitempty"`
+	ProofPaths map[string]float64 `json:"proof_paths,omitempty"`
 }
 
 type memorySample struct {

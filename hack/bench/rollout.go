@@ -67,8 +67,9 @@ func (b *bench) rollout(ctx context.Context) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	args := append([]string{"--etcd-servers=" + b.env.cp.EtcdEndpoint, "--resources=pods", "--preload=pods,pods/json",
-		"--shutdown-delay=1s", "--shutdown-grace-period=10s"}, b.cfg.listproxyArgs...)
+	args := append(b.cfg.proofArgs(b.env.cp.EtcdEndpoint), "--resources=pods", "--preload=pods,pods/json",
+		"--shutdown-delay=1s", "--shutdown-grace-period=10s")
+	args = append(args, b.cfg.listproxyArgs...)
 	rs, err := framework.StartReplicaSet(ctx, b.env.cp, dir, rolloutReplicas, args...)
 	if err != nil {
 		return err

@@ -578,6 +578,14 @@ func (b *bench) consistent(ctx context.Context) error {
 	b.report.Freshness = &freshness{
 		WritesPerSecond: rate, WritesFailed: w.failed.Load(), WritesDropped: w.dropped.Load(),
 		WaitP50: num(p50), WaitP99: num(p99), Served: served, NotServed: notServed,
+		Probes:     delta(before, after, "listproxy_freshness_apiserver_probe_duration_seconds_count"),
+		AuxWatches: delta(before, after, "listproxy_freshness_aux_watches_total"),
+		ProofPaths: map[string]float64{},
+	}
+	for _, path := range []string{"fast", "aux", "no_bookmarks", "inconclusive"} {
+		if n := delta(before, after, "listproxy_freshness_apiserver_proofs_total", `path="`+path+`"`); n > 0 {
+			b.report.Freshness.ProofPaths[path] = n
+		}
 	}
 	ps := p.side(n)
 	ps.Extra = map[string]num{"freshness_wait_p50_s": num(p50), "freshness_wait_p99_s": num(p99)}
