@@ -193,6 +193,7 @@ func (a *apiserverProof) prove(ctx context.Context, r uint64) (uint64, error) {
 		return r, nil
 	}
 	if ctx.Err() != nil {
+		a.api.metrics.proof(a.resource, pathTimeout)
 		return 0, ctx.Err()
 	}
 	for range 2 {
@@ -210,6 +211,7 @@ func (a *apiserverProof) prove(ctx context.Context, r uint64) (uint64, error) {
 			return last, nil
 		}
 		if ctx.Err() != nil {
+			a.api.metrics.proof(a.resource, pathTimeout)
 			return 0, ctx.Err()
 		}
 	}
@@ -391,6 +393,7 @@ const (
 	pathAux          = "aux"
 	pathNoBookmarks  = "no_bookmarks"
 	pathInconclusive = "inconclusive"
+	pathTimeout      = "timeout"
 
 	auxBookmark   = "bookmark"
 	auxNoBookmark = "no_bookmark"
@@ -413,7 +416,7 @@ func newAPIServerMetrics(reg prometheus.Registerer) (*apiserverMetrics, error) {
 		}, []string{"result"}),
 		proofs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "apiserver_proofs_total",
-			Help: "Proofs through the apiserver by resource and path: fast (the store's own feed), aux (an auxiliary watch), no_bookmarks (the resource's watches carry none), inconclusive (auxiliary watches fell short).",
+			Help: "Proofs through the apiserver by resource and path: fast (the store's own feed), aux (an auxiliary watch), no_bookmarks (the resource's watches carry none), inconclusive (auxiliary watches fell short), timeout (the read's proof budget ran out first).",
 		}, []string{"resource", "path"}),
 		auxWatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "aux_watches_total",
