@@ -53,7 +53,7 @@ test-table-oracle:
 # The e2e package runs in two parts, each under its own timeout: the watch,
 # replica, store-lifecycle and Table tests, then everything else (with the
 # chart, framework and import tests).
-E2E_PART1 := ^(TestWatch|TestWarm|TestReplicas|TestDrain|TestManyWatchers|TestStalled|TestKubectlWait|TestAPIServerRestartMidWatch|TestOddResourceVersions|TestStore|TestLoad|TestTable)
+E2E_PART1 := ^(TestLinearizableReadsWithoutEtcd|TestConsistentWithoutEtcd|TestWatch|TestWarm|TestReplicas|TestDrain|TestManyWatchers|TestStalled|TestKubectlWait|TestAPIServerRestartMidWatch|TestOddResourceVersions|TestStore|TestLoad|TestTable)
 
 test-e2e:
 	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 20m -run '$(E2E_PART1)' ./test/e2e/
@@ -63,7 +63,7 @@ test-e2e:
 # differential and linearizability checks, paging and continue tokens, bad
 # input, informers, watch serving, and Tables (whose printers change with
 # the release).
-COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestWatchThroughListproxy|TestKubectlThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestDiscoveryFollowsCRDs|TestWatchFollowsFeatureGates|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode|TestOddResourceVersions|TestWatchBookmarksDifferential|TestTableDifferential|TestTableKubectl|TestTableWatchDifferential|TestTableRowsFromAPIServer)$$
+COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestWatchThroughListproxy|TestKubectlThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestDiscoveryFollowsCRDs|TestWatchFollowsFeatureGates|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode|TestOddResourceVersions|TestWatchBookmarksDifferential|TestTableDifferential|TestTableKubectl|TestTableWatchDifferential|TestTableRowsFromAPIServer|TestLinearizableReadsWithoutEtcd|TestWatchListInformersWithoutEtcd)$$
 
 ## test-compat: the version-sensitive e2e tests against KUBE_COMPAT_VERSION
 test-compat:
