@@ -15,6 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -233,9 +236,14 @@ func (e *env) warm(ctx context.Context) error {
 // the answer comes from a snapshot: the first LIST of a representation
 // starts its store. logFile is t's log, quoted on failure.
 func warmStore(ctx context.Context, t *target, accept, logFile string) error {
+	return warmPath(ctx, t, "/api/v1/pods?limit=1", accept, logFile)
+}
+
+// warmPath requests path through t until a snapshot answers it.
+func warmPath(ctx context.Context, t *target, path, accept, logFile string) error {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
-		res, err := t.do(ctx, request{path: "/api/v1/pods?limit=1", accept: accept})
+		res, err := t.do(ctx, request{path: path, accept: accept})
 		if err != nil {
 			return err
 		}
@@ -243,7 +251,7 @@ func warmStore(ctx context.Context, t *target, accept, logFile string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pods in %s not served from a snapshot after 3m (last: %d, %s)\n%s", accept, res.status, res.servedFrom, framework.LogTail(logFile, 30))
+			return fmt.Errorf("%s in %s not served from a snapshot after 3m (last: %d, %s)\n%s", path, accept, res.status, res.servedFrom, framework.LogTail(logFile, 30))
 		}
 		select {
 		case <-ctx.Done():
@@ -363,4 +371,22 @@ func trimNewline(s string) string {
 		s = s[:len(s)-1]
 	}
 	return s
+}
+
+// createQuietConfigMaps creates quietNamespace and its quietConfigMaps
+// configmaps (once per run).
+func (e *env) createQuietConfigMaps(ctx context.Context) error {
+	if err := e.cp.CreateNamespace(ctx, quietNamespace, nil); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	for i := range quietConfigMaps {
+		cm := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quiet-%02d", i)},
+			Data:       map[string]string{"n": fmt.Sprint(i)},
+		}
+		if _, err := e.client.CoreV1().ConfigMaps(quietNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create configmap: %w", err)
+		}
+	}
+	return nil
 }

@@ -21,6 +21,8 @@ type report struct {
 	IdleCPU     map[string]float64 `json:"idle_cpu_per_second"`
 	Rows        []row              `json:"scenarios"`
 	Freshness   *freshness         `json:"freshness,omitempty"`
+	// FreshnessQuiet is Freshness for a quiet resource.
+	FreshnessQuiet *freshness `json:"freshness_quiet,omitempty"`
 	Memory      []memorySample     `json:"memory"`
 	MemoryCheck []check            `json:"memory_checks"`
 	Steady      *steadyResult      `json:"steady,omitempty"`
