@@ -82,6 +82,9 @@ var variants = []variant{
 				"--continue-token-keys-file=/etc/listproxy/continue-token-keys/keys",
 				// Half the 2Gi memory limit.
 				"--max-store-bytes=1073741824",
+				// No etcd values (a managed cluster): auto proves
+				// consistent reads through the apiserver.
+				"--consistent-proof=auto",
 			}, []string{"--etcd-servers", "--tls-cert-file", "--authentication=none", "--warm-from"})
 			if got := d.Spec.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != 30 {
 				t.Errorf("terminationGracePeriodSeconds = %v, want 30 (above the shutdown delay and grace period)", got)
@@ -122,6 +125,7 @@ var variants = []variant{
 				"--etcd-cafile=/etc/listproxy/etcd/ca.crt",
 				"--etcd-certfile=/etc/listproxy/etcd/tls.crt",
 				"--etcd-keyfile=/etc/listproxy/etcd/tls.key",
+				"--consistent-proof=auto",
 				// Peers are verified with the serving Secret's CA.
 				"--warm-from=https://" + fullname + ".listproxy.svc:443",
 				"--warm-from-ca-file=/etc/listproxy/tls/ca.crt",
@@ -280,6 +284,13 @@ var variants = []variant{
 		},
 	},
 	{
+		name: "consistent_proof_off",
+		args: []string{"--set", "consistentProof=off"},
+		check: func(t *testing.T, r rendered) {
+			wantArgs(t, listproxyContainer(t, r.deployment(t)), []string{"--consistent-proof=off"}, []string{"--etcd-servers"})
+		},
+	},
+	{
 		name: "existing_keys_secret",
 		args: []string{"--set", "continueTokenKeys.existingSecret=my-keys"},
 		check: func(t *testing.T, r rendered) {
@@ -326,6 +337,10 @@ func TestTemplateRejects(t *testing.T) {
 		{"short_key", []string{"--set", "continueTokenKeys.keys={c2hvcnQ=}"}, "continueTokenKeys/keys/0"},
 		{"sidecar_service_monitor", []string{"--set", "mode=sidecar", "--set", "metrics.serviceMonitor.enabled=true"}, "needs mode=service"},
 		{"etcd_tls_without_servers", []string{"--set", "etcd.tlsSecretName=etcd-client"}, "etcd.servers is empty"},
+		{"unknown_consistent_proof", []string{"--set", "consistentProof=quorum"}, "consistentProof"},
+		{"etcd_proof_without_servers", []string{"--set", "consistentProof=etcd"}, "consistentProof=etcd needs etcd.servers"},
+		{"apiserver_proof_with_etcd", []string{"--set", "consistentProof=apiserver", "--set", "etcd.servers={https://10.0.0.10:2379}"}, "etcd.servers is set"},
+		{"no_proof_with_etcd", []string{"--set", "consistentProof=off", "--set", "etcd.servers={https://10.0.0.10:2379}"}, "etcd.servers is set"},
 		{"pdb_both_bounds", []string{"--set", "podDisruptionBudget.minAvailable=1"}, "only one of minAvailable and maxUnavailable"},
 		{"unparsable_memory_limit", []string{"--set", "resources.limits.memory=lots"}, "or set cache.maxStoreBytes"},
 		{"negative_store_budget", []string{"--set", "cache.maxStoreBytes=-1"}, "maxStoreBytes"},
