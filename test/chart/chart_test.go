@@ -375,6 +375,9 @@ var metricName = regexp.MustCompile(`listproxy_[a-z_]+`)
 // exportedMetrics are the series the code exports (docs/metrics.md).
 // The dashboard must query only these; docs/metrics.md is checked elsewhere.
 var exportedMetrics = []string{
+	"listproxy_freshness_apiserver_probe_duration_seconds_bucket",
+	"listproxy_freshness_apiserver_proofs_total",
+	"listproxy_freshness_aux_watches_total",
 	"listproxy_freshness_consistent_reads_total",
 	"listproxy_freshness_wait_duration_seconds_bucket",
 	"listproxy_http_request_duration_seconds_bucket",

@@ -12,9 +12,11 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
@@ -23,7 +25,8 @@ import (
 // TestMetricsCatalogue keeps docs/metrics.md and the Grafana dashboard
 // honest: after traffic through listproxy, every listproxy_* metric on
 // /metrics is documented, and every metric a dashboard panel queries is
-// exported.
+// exported. A second listproxy without etcd exports the metrics of proofs
+// through the apiserver.
 func TestMetricsCatalogue(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	seedWorld(t, cp, 2, 30, 0, 2)
@@ -83,6 +86,9 @@ func TestMetricsCatalogue(t *testing.T) {
 		t.Fatal(err)
 	}
 	exported := metricNames(t, page)
+	for name := range apiserverProofMetricNames(ctx, t, cp) {
+		exported[name] = true
+	}
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +107,45 @@ func TestMetricsCatalogue(t *testing.T) {
 		}
 	}
 	t.Logf("%d metric families exported, %d documented, %d used by the dashboard", len(exported), len(documented), len(dashboard))
+}
+
+// apiserverProofMetricNames starts a listproxy without etcd, so that it
+// proves freshness through the apiserver, sends it consistent LISTs of the
+// quiet pods (each a probe, then an auxiliary watch) until the proof
+// metrics are on its /metrics, and returns the metric names there.
+func apiserverProofMetricNames(ctx context.Context, t *testing.T, cp *framework.ControlPlane) map[string]bool {
+	t.Helper()
+	lp := framework.StartListproxy(t, cp, "--authentication=delegated", "--client-ca-file="+cp.CAFile)
+	lpc := newRawClient(t, lp.UserConfig(framework.UserAdmin))
+	warmUp(ctx, t, lpc, []target{{path: "/api/v1/pods"}})
+	want := []string{
+		"listproxy_freshness_apiserver_probe_duration_seconds",
+		"listproxy_freshness_apiserver_proofs_total",
+		"listproxy_freshness_aux_watches_total",
+	}
+	var names map[string]bool
+	var missing []string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if _, _, _, err := lpc.get(ctx, "/api/v1/pods", nil, acceptJSON); err != nil {
+			return false, err
+		}
+		_, _, page, err := lpc.get(ctx, "/metrics", nil, "text/plain")
+		if err != nil {
+			return false, err
+		}
+		names = metricNames(t, page)
+		missing = missing[:0]
+		for _, name := range want {
+			if !names[name] {
+				missing = append(missing, name)
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("listproxy without etcd: %v; missing %v", err, missing)
+	}
+	return names
 }
 
 // metricNames returns the metric family names on a /metrics page.
