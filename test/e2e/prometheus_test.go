@@ -41,8 +41,9 @@ const (
 )
 
 // TestDashboardAndAlertsInPrometheus runs the pinned Prometheus on loopback,
-// scraping a live listproxy (service mode, as the chart installs it) and the
-// apiserver's /metrics, with the chart's alert rules loaded. While traffic
+// scraping two live listproxy replicas (service mode, as the chart installs
+// it; one proves freshness with etcd, the other, given no etcd address,
+// through the apiserver) and the apiserver's /metrics, with the chart's alert rules loaded. While traffic
 // flows it checks through Prometheus's HTTP API that every query of the
 // Grafana dashboard (panels and variables) parses and returns data, with
 // all resources selected and with one selected, and that every alert rule
@@ -74,14 +75,20 @@ func TestDashboardAndAlertsInPrometheus(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	warmUp(ctx, t, lpc, []target{{path: "/api/v1/pods"}, {path: "/api/v1/configmaps"}})
+	// The replica without etcd: its consistent reads are proven through
+	// the apiserver, by the stores' feeds or by auxiliary watches.
+	bare := framework.StartListproxy(t, cp, "--authentication=delegated", "--client-ca-file="+cp.CAFile)
+	barec := newRawClient(t, bare.UserConfig(framework.UserAdmin))
+	warmUp(ctx, t, barec, []target{{path: "/api/v1/pods"}, {path: "/api/v1/configmaps"}})
 	var traffic sync.WaitGroup
 	traffic.Go(func() { driveTraffic(ctx, lpc) })
+	traffic.Go(func() { driveTraffic(ctx, barec) })
 	traffic.Go(func() { driveWatches(ctx, lpc, cp.Clientset(framework.UserAdmin)) })
 	defer traffic.Wait()
 	defer cancel()
 
 	rulesFile := filepath.Join(root, "charts", "listproxy", "rules", "listproxy-alerts.yaml")
-	prom := startPrometheus(t, promBin, cp, lp, rulesFile)
+	prom := startPrometheus(t, promBin, cp, []*framework.Listproxy{lp, bare}, rulesFile)
 
 	dash := loadDashboard(t, filepath.Join(root, "charts", "listproxy", "dashboards", "listproxy.json"))
 	all := map[string]string{"namespace": ".*", "job": ".*", "resource": ".*", "apiserver_job": ".*"}
@@ -338,10 +345,11 @@ type promServer struct {
 	client *http.Client
 }
 
-// startPrometheus writes a configuration that scrapes lp and cp's apiserver
-// every second with the admin's token, loads the rule file and starts the
-// pinned Prometheus on a loopback port; it is stopped when the test ends.
-func startPrometheus(t *testing.T, bin string, cp *framework.ControlPlane, lp *framework.Listproxy, rules string) *promServer {
+// startPrometheus writes a configuration that scrapes the listproxy replicas
+// lps (as pods of one job) and cp's apiserver every second with the admin's
+// token, loads the rule file and starts the pinned Prometheus on a loopback
+// port; it is stopped when the test ends.
+func startPrometheus(t *testing.T, bin string, cp *framework.ControlPlane, lps []*framework.Listproxy, rules string) *promServer {
 	t.Helper()
 	dir := t.TempDir()
 	token := filepath.Join(dir, "token")
@@ -353,25 +361,31 @@ func startPrometheus(t *testing.T, bin string, cp *framework.ControlPlane, lp *f
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
-	lpURL, err := url.Parse(lp.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	apiURL, err := url.Parse(cp.APIServerURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	job := func(name, host, ca string) map[string]any {
+	// scrape is one target, under its own scrape config (each replica has
+	// its own CA) but with the job label given.
+	scrape := func(job, pod, host, ca string) map[string]any {
 		return map[string]any{
-			"job_name":      name,
+			"job_name":      pod,
 			"scheme":        "https",
 			"tls_config":    map[string]any{"ca_file": ca},
 			"authorization": map[string]any{"credentials_file": token},
 			"static_configs": []any{map[string]any{
 				"targets": []string{host},
-				"labels":  map[string]string{"namespace": promNamespace, "pod": name + "-0"},
+				"labels":  map[string]string{"namespace": promNamespace, "job": job, "pod": pod},
 			}},
 		}
+	}
+	scrapes := []any{scrape(promAPIJob, promAPIJob+"-0", apiURL.Host, cp.CAFile)}
+	for i, lp := range lps {
+		lpURL, err := url.Parse(lp.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scrapes = append(scrapes, scrape(promJob, fmt.Sprintf("%s-%d", promJob, i), lpURL.Host, lp.CAFile))
 	}
 	cfg := map[string]any{
 		"global": map[string]any{
@@ -379,11 +393,8 @@ func startPrometheus(t *testing.T, bin string, cp *framework.ControlPlane, lp *f
 			"scrape_timeout":      promScrapeInterval,
 			"evaluation_interval": promScrapeInterval,
 		},
-		"rule_files": []string{rules},
-		"scrape_configs": []any{
-			job(promJob, lpURL.Host, lp.CAFile),
-			job(promAPIJob, apiURL.Host, cp.CAFile),
-		},
+		"rule_files":     []string{rules},
+		"scrape_configs": scrapes,
 	}
 	data, err := json.Marshal(cfg) // JSON is YAML
 	if err != nil {
