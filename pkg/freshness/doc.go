@@ -1,6 +1,8 @@
-// Package freshness proves, with etcd, how fresh an apiserver-fed snapshot
-// must be to answer a consistent LIST (resourceVersion unset) as the
-// apiserver would: linearizably.
+// Package freshness proves how fresh an apiserver-fed snapshot must be to
+// answer a consistent LIST (resourceVersion unset) as the apiserver would:
+// linearizably. It proves with etcd where listproxy can reach it (below),
+// else through the apiserver alone (apiserver.go: a name-scoped consistent
+// LIST as the probe, then the store's own feed or an auxiliary watch).
 //
 // The protocol mirrors the watch cache's consistent reads (KEP-2340,
 // https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/2340-Consistent-reads-from-cache):
@@ -21,7 +23,7 @@
 // against a snapshot) and knows where kube-apiserver stores each resource
 // (DefaultPrefix).
 //
-// It owns the etcd side of freshness and, per store, the Prover whose one
+// It owns the etcd and apiserver sides of freshness and, per store, the Prover whose one
 // prove-and-wait serves consistent, exact and not-older-than reads; it may
 // import pkg/snapshot and must not import pkg/lists, pkg/proxy, pkg/auth,
 // pkg/consistency or pkg/paging.
