@@ -278,7 +278,7 @@ func (a *apiserverProof) watch(ctx context.Context, aux *auxWatch) string {
 		return auxError
 	}
 	dec := wire.NewWatchDecoder(wire.MetaJSON, resp.Body, wire.WatchOptions{})
-	defer dec.Close()
+	defer func() { _ = dec.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		if resp.StatusCode == http.StatusGone {
 			return auxExpired
