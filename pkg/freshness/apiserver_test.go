@@ -1,0 +1,658 @@
+package freshness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/listproxy/listproxy/pkg/snapshot"
+)
+
+// The tests below drive Prover.Consistent through the apiserver against a
+// scripted apiserver: every probe and every auxiliary watch waits for the
+// test to say what it answers. A read must end served with every change up
+// to the probed revision R, or not served at all (a nil snapshot and the
+// outcome); never served without a change ≤ R or at a revision below R.
+
+// scriptedAPIServer is an apiserver whose answers the test gives one by one.
+type scriptedAPIServer struct {
+	srv  *httptest.Server
+	quit chan struct{}
+	// probes receives every probe (a LIST); watches every auxiliary watch.
+	probes  chan *scriptedProbe
+	watches chan *scriptedWatch
+}
+
+// scriptedProbe is a probe the apiserver received; it answers what the test
+// sends on reply.
+type scriptedProbe struct {
+	path, query, accept string
+	reply               chan probeAnswer
+}
+
+type probeAnswer struct {
+	status int
+	body   string
+}
+
+// scriptedWatch is a watch the apiserver received; it writes what the test
+// sends on steps, one step at a time.
+type scriptedWatch struct {
+	path, query, accept string
+	from                string // the watch's resourceVersion
+	steps               chan watchStep
+}
+
+// watchStep is what a scripted watch does next.
+type watchStep struct {
+	// events are JSON watch events, written and flushed together.
+	events []string
+	// status, as a watch's first step, answers with that HTTP status and a
+	// Status body instead of a stream.
+	status int
+	// end ends the stream (the client reads EOF).
+	end bool
+	// atDeadline ends the stream once the watch's timeoutSeconds passed
+	// since it was opened, as the apiserver does.
+	atDeadline bool
+}
+
+func newScriptedAPIServer(t *testing.T) *scriptedAPIServer {
+	t.Helper()
+	s := &scriptedAPIServer{
+		quit:    make(chan struct{}),
+		probes:  make(chan *scriptedProbe, 16),
+		watches: make(chan *scriptedWatch, 16),
+	}
+	s.srv = httptest.NewServer(s)
+	t.Cleanup(func() {
+		close(s.quit)
+		s.srv.Close()
+	})
+	return s
+}
+
+func (s *scriptedAPIServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("watch") == "true" {
+		s.serveWatch(w, r)
+		return
+	}
+	p := &scriptedProbe{path: r.URL.Path, query: r.URL.RawQuery, accept: r.Header.Get("Accept"), reply: make(chan probeAnswer, 1)}
+	select {
+	case s.probes <- p:
+	case <-r.Context().Done():
+		return
+	case <-s.quit:
+		return
+	}
+	select {
+	case a := <-p.reply:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.status)
+		fmt.Fprint(w, a.body)
+	case <-r.Context().Done():
+	case <-s.quit:
+	}
+}
+
+func (s *scriptedAPIServer) serveWatch(w http.ResponseWriter, r *http.Request) {
+	opened := time.Now()
+	q := r.URL.Query()
+	sw := &scriptedWatch{
+		path: r.URL.Path, query: r.URL.RawQuery, accept: r.Header.Get("Accept"),
+		from:  q.Get("resourceVersion"),
+		steps: make(chan watchStep, 16),
+	}
+	// The apiserver filters by name: a filtered watch shows only that
+	// object's events and bookmarks.
+	onlyName := strings.TrimPrefix(q.Get("fieldSelector"), "metadata.name=")
+	select {
+	case s.watches <- sw:
+	case <-r.Context().Done():
+		return
+	case <-s.quit:
+		return
+	}
+	started := false
+	for {
+		var step watchStep
+		select {
+		case step = <-sw.steps:
+		case <-r.Context().Done():
+			return
+		case <-s.quit:
+			return
+		}
+		if step.status != 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(step.status)
+			writeJSON(w, expired().ErrStatus)
+			return
+		}
+		if !started {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		for _, ev := range step.events {
+			if onlyName != "" && !strings.Contains(ev, `"BOOKMARK"`) && !strings.Contains(ev, `"name":"`+onlyName+`"`) {
+				continue
+			}
+			fmt.Fprintln(w, ev)
+		}
+		w.(http.Flusher).Flush()
+		switch {
+		case step.end:
+			return
+		case step.atDeadline:
+			timeout, _ := strconv.Atoi(q.Get("timeoutSeconds"))
+			select {
+			case <-time.After(time.Until(opened.Add(time.Duration(timeout) * time.Second))):
+			case <-r.Context().Done():
+			case <-s.quit:
+			}
+			return
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	w.Write(b) //nolint:errcheck // the test reads what arrives
+}
+
+// expired is the apiserver's answer to a watch from a resourceVersion its
+// history no longer holds.
+func expired() *apierrors.StatusError {
+	return apierrors.NewResourceExpired("too old resource version: 10 (20)")
+}
+
+// Watch events as the apiserver writes them for a metadata-only watch.
+func watchEvent(typ, name string, rv uint64) string {
+	return fmt.Sprintf(`{"type":%q,"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":%q,"namespace":"default","resourceVersion":"%d"}}}`, typ, name, rv)
+}
+
+func added(name string, rv uint64) string    { return watchEvent("ADDED", name, rv) }
+func modified(name string, rv uint64) string { return watchEvent("MODIFIED", name, rv) }
+func deleted(name string, rv uint64) string  { return watchEvent("DELETED", name, rv) }
+
+func bookmark(rv uint64) string {
+	return fmt.Sprintf(`{"type":"BOOKMARK","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"%d"}}}`, rv)
+}
+
+// expiredEvent is the ERROR event with a 410 Status that ends a watch.
+func expiredEvent() string {
+	b, err := json.Marshal(expired().ErrStatus)
+	if err != nil {
+		panic(err)
+	}
+	return `{"type":"ERROR","object":` + string(b) + `}`
+}
+
+// probeList is the probe's answer at rv: an empty PartialObjectMetadataList.
+func probeList(rv uint64) probeAnswer {
+	return probeAnswer{status: http.StatusOK, body: fmt.Sprintf(`{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"%d"},"items":[]}`, rv)}
+}
+
+// change is a change of the resource: an object (deleted or not) at rv.
+type change struct {
+	name    string
+	rv      uint64
+	deleted bool
+}
+
+func entry(c change) *snapshot.Entry {
+	return &snapshot.Entry{Key: snapshot.ObjectKey("default", c.name), Namespace: "default", Name: c.name, RV: c.rv, Raw: []byte(`{}`)}
+}
+
+func apply(s *snapshot.Store, cs ...change) {
+	for _, c := range cs {
+		s.Apply(snapshot.Change{Deleted: c.deleted, Entry: entry(c)}, c.rv)
+	}
+}
+
+func relist(s *snapshot.Store, rv uint64, objects ...change) {
+	var entries []*snapshot.Entry
+	for _, c := range objects {
+		entries = append(entries, entry(c))
+	}
+	s.Replace(entries, rv)
+}
+
+// proofHarness is one store's Prover proving through a scripted apiserver.
+type proofHarness struct {
+	api   *scriptedAPIServer
+	store *snapshot.Store
+	p     *Prover
+
+	mu     sync.Mutex
+	behind []uint64 // revisions reported to ProverConfig.Behind
+}
+
+type harnessConfig struct {
+	path              string // default /api/v1/pods
+	namespaced        bool
+	fastWait          time.Duration // default 1ms
+	auxTimeoutSeconds int           // default 3
+	timeout           time.Duration // the proof's; default 20s
+}
+
+// listedAt is the store's list before each test: object a, at 10.
+const listedAt = 10
+
+func newProofHarness(t *testing.T, cfg harnessConfig) *proofHarness {
+	t.Helper()
+	if cfg.path == "" {
+		cfg.path, cfg.namespaced = "/api/v1/pods", true
+	}
+	if cfg.fastWait == 0 {
+		cfg.fastWait = time.Millisecond
+	}
+	if cfg.timeout == 0 {
+		cfg.timeout = 20 * time.Second
+	}
+	h := &proofHarness{api: newScriptedAPIServer(t), store: snapshot.NewStore(snapshot.StoreConfig{})}
+	relist(h.store, listedAt, change{name: "a", rv: 5})
+	api, err := NewAPIServer(APIServerConfig{
+		Client: h.api.srv.Client(), Host: h.api.srv.URL,
+		FastWait: cfg.fastWait, AuxTimeoutSeconds: cfg.auxTimeoutSeconds,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // ends auxiliary watches before the server closes
+	h.p = NewProver(ctx, ProverConfig{
+		APIServer: api, Path: cfg.path, Namespaced: cfg.namespaced,
+		Store: h.store, Resource: "pods", Timeout: cfg.timeout,
+		Behind: func(rv uint64, _ time.Time) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.behind = append(h.behind, rv)
+		},
+	})
+	return h
+}
+
+type readResult struct {
+	snap    *snapshot.Snapshot
+	rv      uint64
+	outcome Outcome
+}
+
+// read starts a consistent read.
+func (h *proofHarness) read() <-chan readResult {
+	out := make(chan readResult, 1)
+	go func() {
+		snap, rv, outcome := h.p.Consistent(context.Background())
+		out <- readResult{snap, rv, outcome}
+	}()
+	return out
+}
+
+// answerProbe answers the next probe with a.
+func (h *proofHarness) answerProbe(t *testing.T, a probeAnswer) *scriptedProbe {
+	t.Helper()
+	p := recv(t, h.api.probes, "probe")
+	p.reply <- a
+	return p
+}
+
+// watchOpened returns the next auxiliary watch, which must start at from.
+func (h *proofHarness) watchOpened(t *testing.T, from uint64) *scriptedWatch {
+	t.Helper()
+	w := recv(t, h.api.watches, "auxiliary watch")
+	if w.from != strconv.FormatUint(from, 10) {
+		t.Fatalf("auxiliary watch from resourceVersion=%s, want %d", w.from, from)
+	}
+	return w
+}
+
+// poll waits until cond holds; a hang fails the test.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// waitCovered waits until the running auxiliary watch has shown every event
+// up to rv.
+func (h *proofHarness) waitCovered(t *testing.T, rv uint64) {
+	t.Helper()
+	poll(t, fmt.Sprintf("the auxiliary watch to cover %d", rv), func() bool {
+		h.p.remote.mu.Lock()
+		aux := h.p.remote.aux
+		h.p.remote.mu.Unlock()
+		if aux == nil {
+			return false
+		}
+		aux.mu.Lock()
+		defer aux.mu.Unlock()
+		return aux.covered >= rv
+	})
+}
+
+// waitProofs waits until n proofs took path.
+func (h *proofHarness) waitProofs(t *testing.T, path string, n float64) {
+	t.Helper()
+	poll(t, fmt.Sprintf("%v proofs by path %s", n, path), func() bool {
+		return h.proofs(path) >= n
+	})
+}
+
+func (h *proofHarness) proofs(path string) float64 {
+	return testutil.ToFloat64(h.p.remote.api.metrics.proofs.WithLabelValues("pods", path))
+}
+
+func (h *proofHarness) behindCalls() []uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.behind
+}
+
+// noMoreWatches fails the test if an auxiliary watch was opened.
+func (h *proofHarness) noMoreWatches(t *testing.T) {
+	t.Helper()
+	empty(t, h.api.watches, "auxiliary watch")
+}
+
+// checkServed checks that got is served at want with every change up to
+// last.
+func checkServed(t *testing.T, got readResult, want, last uint64) {
+	t.Helper()
+	if got.outcome != Served || got.snap == nil {
+		t.Fatalf("read = %v, %q; want served", got.snap, got.outcome)
+	}
+	if got.rv != want {
+		t.Errorf("served at %d, want %d", got.rv, want)
+	}
+	if got.snap.RV() < last {
+		t.Errorf("served a snapshot at %d, without the change at %d", got.snap.RV(), last)
+	}
+}
+
+func checkPassedThrough(t *testing.T, got readResult, want Outcome) {
+	t.Helper()
+	if got.snap != nil || got.outcome != want {
+		t.Fatalf("read = snapshot at %d, %q; want no snapshot, %q", got.rv, got.outcome, want)
+	}
+}
+
+// The fast path: a store whose own feed reaches R serves at once, without
+// an auxiliary watch; one whose feed stays below R asks one.
+func TestConsistentThroughAPIServerFastPath(t *testing.T) {
+	t.Run("store_already_at_R", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{})
+		res := h.read()
+		h.answerProbe(t, probeList(listedAt))
+		checkServed(t, recv(t, res, "read"), listedAt, listedAt)
+		h.noMoreWatches(t)
+	})
+	for _, tc := range []struct {
+		name string
+		feed func(s *snapshot.Store)
+		// want is the revision served at; last the last change up to R.
+		want, last uint64
+	}{
+		{name: "event_at_R", feed: func(s *snapshot.Store) { apply(s, change{name: "b", rv: 12}) }, want: 12, last: 12},
+		{name: "event_beyond_R", feed: func(s *snapshot.Store) { apply(s, change{name: "b", rv: 14}) }, want: 14, last: listedAt},
+		{name: "bookmark_at_R", feed: func(s *snapshot.Store) { s.MarkProgress(12) }, want: 12, last: listedAt},
+	} {
+		t.Run("feed_reaches_R/"+tc.name, func(t *testing.T) {
+			h := newProofHarness(t, harnessConfig{fastWait: time.Minute})
+			res := h.read()
+			h.answerProbe(t, probeList(12))
+			tc.feed(h.store)
+			checkServed(t, recv(t, res, "read"), tc.want, tc.last)
+			h.noMoreWatches(t)
+			if got := h.proofs(pathFast); got != 1 {
+				t.Errorf("fast proofs = %v, want 1", got)
+			}
+		})
+	}
+	t.Run("feed_below_R_asks_an_auxiliary_watch", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{})
+		res := h.read()
+		h.answerProbe(t, probeList(12))
+		w := h.watchOpened(t, listedAt)
+		w.steps <- watchStep{events: []string{bookmark(12)}}
+		checkServed(t, recv(t, res, "read"), 12, listedAt)
+		if got := h.proofs(pathAux); got != 1 {
+			t.Errorf("aux proofs = %v, want 1", got)
+		}
+	})
+}
+
+// auxStep is one step of an auxiliary watch in TestConsistentThroughAPIServerWaitsForLastAuxChange.
+type auxStep struct {
+	events []string
+	// relist, if set, relists the store once the events were seen.
+	relist *relistTo
+}
+
+type relistTo struct {
+	rv      uint64
+	objects []change
+}
+
+// An auxiliary watch that reaches R tells the last change L ≤ R; the read
+// waits until the store holds L, and is served at max(progress, R). Until
+// then it is not served: with a short proof timeout it passes through
+// (snapshot_timeout, the store reported behind L); with a long one it is
+// served once the store applied L.
+func TestConsistentThroughAPIServerWaitsForLastAuxChange(t *testing.T) {
+	tests := []struct {
+		name string
+		// held are the changes after the list the store applied before the
+		// read; the auxiliary watch starts at the last.
+		held []change
+		r    uint64
+		aux  []auxStep
+		// wantLast is L; feed the changes the store applies, up to L, once
+		// the proof ended.
+		wantLast uint64
+		feed     []change
+	}{
+		{
+			name: "events_up_to_R_then_bookmark",
+			r:    12,
+			aux: []auxStep{
+				{events: []string{added("b", 11)}},
+				{events: []string{modified("b", 12), bookmark(13)}},
+			},
+			wantLast: 12,
+			feed:     []change{{name: "b", rv: 11}, {name: "b", rv: 12}},
+		},
+		{
+			name: "bookmark_beyond_R_after_an_event_below_R",
+			r:    15,
+			aux: []auxStep{
+				{events: []string{added("b", 11)}},
+				{events: []string{bookmark(20)}},
+			},
+			wantLast: 11,
+			feed:     []change{{name: "b", rv: 11}},
+		},
+		{
+			name: "an_event_beyond_R_ends_the_proof_without_bookmark",
+			r:    12,
+			aux: []auxStep{
+				{events: []string{added("b", 11)}},
+				{events: []string{added("c", 14)}},
+			},
+			wantLast: 11,
+			feed:     []change{{name: "b", rv: 11}},
+		},
+		{
+			name:     "bookmark_at_R_without_events",
+			r:        12,
+			aux:      []auxStep{{events: []string{bookmark(12)}}},
+			wantLast: listedAt,
+		},
+		{
+			// A quiet resource whose only change is a deletion.
+			name: "delete_only",
+			r:    12,
+			aux: []auxStep{
+				{events: []string{deleted("a", 11)}},
+				{events: []string{bookmark(12)}},
+			},
+			wantLast: 11,
+			feed:     []change{{name: "a", rv: 11, deleted: true}},
+		},
+		{
+			// Events at or below S replayed (or duplicated) on the
+			// auxiliary watch are no changes after S.
+			name: "replayed_events_at_or_below_S",
+			r:    12,
+			aux: []auxStep{
+				{events: []string{added("b", 11)}},
+				{events: []string{added("b", 11), modified("a", 5), modified("a", listedAt)}},
+				{events: []string{bookmark(13)}},
+			},
+			wantLast: 11,
+			feed:     []change{{name: "b", rv: 11}},
+		},
+		{
+			name: "replayed_events_before_any_change",
+			r:    12,
+			aux: []auxStep{
+				{events: []string{modified("a", 5), modified("a", listedAt)}},
+				{events: []string{added("b", 12), bookmark(13)}},
+			},
+			wantLast: 12,
+			feed:     []change{{name: "b", rv: 12}},
+		},
+		{
+			// The counter-example to any shortcut that lets a bookmark ≥ R
+			// stand for the store's own progress (an auxiliary watch
+			// filtered to the probe's name, a bookmark taken from another
+			// stream): the store has some changes of (S, R] but not the
+			// last.
+			name: "bookmark_beyond_R_store_below_last_change",
+			held: []change{{name: "b", rv: 12}, {name: "c", rv: 15}},
+			r:    20,
+			aux: []auxStep{
+				{events: []string{added("d", 18), added("e", 22), bookmark(25)}},
+			},
+			wantLast: 18,
+			feed:     []change{{name: "d", rv: 18}},
+		},
+		{
+			name: "relist_mid_proof_below_L",
+			r:    15,
+			aux: []auxStep{
+				{events: []string{added("b", 12)}, relist: &relistTo{rv: 13, objects: []change{{name: "a", rv: 5}, {name: "b", rv: 12}, {name: "c", rv: 13}}}},
+				{events: []string{added("d", 14), bookmark(16)}},
+			},
+			wantLast: 14,
+			feed:     []change{{name: "d", rv: 14}},
+		},
+		{
+			name: "relist_mid_proof_beyond_R",
+			r:    15,
+			aux: []auxStep{
+				{events: []string{added("b", 12)}, relist: &relistTo{rv: 20, objects: []change{{name: "a", rv: 5}, {name: "b", rv: 12}, {name: "d", rv: 14}, {name: "e", rv: 20}}}},
+				{events: []string{added("d", 14), bookmark(16)}},
+			},
+			wantLast: 14,
+		},
+		{
+			// A relist from an instance behind the one the store watched
+			// moves the store back below S.
+			name: "relist_mid_proof_behind_S",
+			r:    12,
+			aux: []auxStep{
+				{relist: &relistTo{rv: 8, objects: []change{{name: "a", rv: 5}}}},
+				{events: []string{bookmark(12)}},
+			},
+			wantLast: listedAt,
+			feed:     []change{{name: "b", rv: listedAt}},
+		},
+	}
+	// run runs tc's read with a proof timeout and returns what it got.
+	run := func(t *testing.T, h *proofHarness, r uint64, aux []auxStep) <-chan readResult {
+		t.Helper()
+		res := h.read()
+		h.answerProbe(t, probeList(r))
+		w := h.watchOpened(t, h.store.Progress())
+		for _, step := range aux {
+			w.steps <- watchStep{events: step.events}
+			if len(step.events) > 0 {
+				h.waitCovered(t, maxRV(step.events))
+			}
+			if step.relist != nil {
+				relist(h.store, step.relist.rv, step.relist.objects...)
+			}
+		}
+		return res
+	}
+	for _, tc := range tests {
+		t.Run(tc.name+"/store_lacks_L", func(t *testing.T) {
+			h := newProofHarness(t, harnessConfig{timeout: time.Second})
+			apply(h.store, tc.held...)
+			res := run(t, h, tc.r, tc.aux)
+			got := recv(t, res, "read")
+			if progress := h.store.Progress(); progress >= tc.wantLast {
+				checkServed(t, got, max(progress, tc.r), tc.wantLast)
+				return
+			}
+			checkPassedThrough(t, got, SnapshotTimeout)
+			if diff := cmp.Diff([]uint64{tc.wantLast}, h.behindCalls()); diff != "" {
+				t.Errorf("store reported behind (-want +got):\n%s", diff)
+			}
+			h.noMoreWatches(t)
+		})
+		t.Run(tc.name+"/store_reaches_L", func(t *testing.T) {
+			h := newProofHarness(t, harnessConfig{})
+			apply(h.store, tc.held...)
+			res := run(t, h, tc.r, tc.aux)
+			h.waitProofs(t, pathAux, 1)
+			for _, c := range tc.feed {
+				empty(t, res, "read served before the store held every change up to L")
+				apply(h.store, c)
+			}
+			checkServed(t, recv(t, res, "read"), max(h.store.Progress(), tc.r), tc.wantLast)
+			h.noMoreWatches(t)
+		})
+	}
+}
+
+// maxRV is the highest resourceVersion among JSON watch events.
+func maxRV(events []string) uint64 {
+	var m uint64
+	for _, ev := range events {
+		var e struct {
+			Object struct {
+				Metadata struct {
+					ResourceVersion string `json:"resourceVersion"`
+				} `json:"metadata"`
+			} `json:"object"`
+		}
+		if err := json.Unmarshal([]byte(ev), &e); err != nil {
+			panic(err)
+		}
+		rv, _ := strconv.ParseUint(e.Object.Metadata.ResourceVersion, 10, 64)
+		m = max(m, rv)
+	}
+	return m
+}
