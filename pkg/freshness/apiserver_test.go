@@ -608,6 +608,7 @@ func TestConsistentThroughAPIServerWaitsForLastAuxChange(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name+"/store_lacks_L", func(t *testing.T) {
+			t.Parallel()
 			h := newProofHarness(t, harnessConfig{timeout: time.Second})
 			apply(h.store, tc.held...)
 			res := run(t, h, tc.r, tc.aux)
@@ -623,6 +624,7 @@ func TestConsistentThroughAPIServerWaitsForLastAuxChange(t *testing.T) {
 			h.noMoreWatches(t)
 		})
 		t.Run(tc.name+"/store_reaches_L", func(t *testing.T) {
+			t.Parallel()
 			h := newProofHarness(t, harnessConfig{})
 			apply(h.store, tc.held...)
 			res := run(t, h, tc.r, tc.aux)
@@ -655,4 +657,204 @@ func maxRV(events []string) uint64 {
 		m = max(m, rv)
 	}
 	return m
+}
+
+// An auxiliary watch that ends short of R (a bookmark below R, a 410 as an
+// ERROR event or as the HTTP status, an error, a stream closed early)
+// proves nothing: the proof opens a second one, and if that also falls
+// short the read passes through (progress_timeout). Never a third.
+func TestConsistentThroughAPIServerAuxFallsShort(t *testing.T) {
+	const r = 12
+	bookmarkBelowR := watchStep{events: []string{bookmark(11)}}
+	expiredEv := watchStep{events: []string{expiredEvent()}}
+	gone := watchStep{status: http.StatusGone}
+	serverError := watchStep{status: http.StatusInternalServerError}
+	closedEarly := watchStep{end: true}
+	bookmarkAtR := watchStep{events: []string{bookmark(r)}}
+	tests := []struct {
+		name          string
+		first, second watchStep
+		want          Outcome
+		// wantAux counts the auxiliary watches by result.
+		wantAux map[string]float64
+	}{
+		{name: "bookmark_below_R_twice", first: bookmarkBelowR, second: bookmarkBelowR, want: ProgressTimeout, wantAux: map[string]float64{auxBookmark: 2}},
+		{name: "bookmark_below_R_then_at_R", first: bookmarkBelowR, second: bookmarkAtR, want: Served, wantAux: map[string]float64{auxBookmark: 2}},
+		{name: "expired_event_twice", first: expiredEv, second: expiredEv, want: ProgressTimeout, wantAux: map[string]float64{auxExpired: 2}},
+		{name: "expired_event_then_bookmark", first: expiredEv, second: bookmarkAtR, want: Served, wantAux: map[string]float64{auxExpired: 1, auxBookmark: 1}},
+		{name: "http_410_twice", first: gone, second: gone, want: ProgressTimeout, wantAux: map[string]float64{auxExpired: 2}},
+		{name: "http_410_then_bookmark", first: gone, second: bookmarkAtR, want: Served, wantAux: map[string]float64{auxExpired: 1, auxBookmark: 1}},
+		{name: "http_500_then_bookmark", first: serverError, second: bookmarkAtR, want: Served, wantAux: map[string]float64{auxError: 1, auxBookmark: 1}},
+		{name: "closed_early_twice", first: closedEarly, second: closedEarly, want: ProgressTimeout, wantAux: map[string]float64{auxNoBookmark: 2}},
+		{name: "closed_early_then_bookmark", first: closedEarly, second: bookmarkAtR, want: Served, wantAux: map[string]float64{auxNoBookmark: 1, auxBookmark: 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newProofHarness(t, harnessConfig{})
+			res := h.read()
+			h.answerProbe(t, probeList(r))
+			h.watchOpened(t, listedAt).steps <- tc.first
+			h.watchOpened(t, listedAt).steps <- tc.second
+			got := recv(t, res, "read")
+			if tc.want == Served {
+				checkServed(t, got, r, listedAt)
+			} else {
+				checkPassedThrough(t, got, tc.want)
+			}
+			h.noMoreWatches(t)
+			// The watches' goroutines count them as they end.
+			poll(t, "auxiliary watches to end", func() bool {
+				return testutil.CollectAndCount(h.p.remote.api.metrics.auxWatches) == len(tc.wantAux)
+			})
+			for result, want := range tc.wantAux {
+				poll(t, fmt.Sprintf("%v auxiliary watches with result %s", want, result), func() bool {
+					return testutil.ToFloat64(h.p.remote.api.metrics.auxWatches.WithLabelValues("pods", result)) == want
+				})
+			}
+		})
+	}
+}
+
+// An auxiliary watch that the apiserver ends at its deadline without a
+// bookmark shows the resource has no watch cache: the read passes through
+// (no_bookmarks), and later reads of the resource open no auxiliary watch;
+// only the store's own feed proves them.
+func TestConsistentThroughAPIServerNoBookmarks(t *testing.T) {
+	h := newProofHarness(t, harnessConfig{auxTimeoutSeconds: 1, timeout: 10 * time.Second})
+
+	res := h.read()
+	h.answerProbe(t, probeList(12))
+	w := h.watchOpened(t, listedAt)
+	if !strings.Contains(w.query, "timeoutSeconds=1") {
+		t.Errorf("auxiliary watch query %q, want timeoutSeconds=1", w.query)
+	}
+	w.steps <- watchStep{events: []string{added("b", 11)}, atDeadline: true}
+	checkPassedThrough(t, recv(t, res, "read 1"), NoBookmarks)
+	h.noMoreWatches(t)
+
+	res = h.read()
+	h.answerProbe(t, probeList(13))
+	checkPassedThrough(t, recv(t, res, "read 2"), NoBookmarks)
+	h.noMoreWatches(t)
+
+	res = h.read()
+	apply(h.store, change{name: "b", rv: 11}, change{name: "c", rv: 14})
+	h.answerProbe(t, probeList(14))
+	checkServed(t, recv(t, res, "read 3"), 14, 14)
+	h.noMoreWatches(t)
+
+	if got := h.proofs(pathNoBookmarks); got != 2 {
+		t.Errorf("no_bookmarks proofs = %v, want 2", got)
+	}
+	if got := testutil.ToFloat64(h.p.remote.api.metrics.auxWatches.WithLabelValues("pods", auxNoBookmark)); got != 1 {
+		t.Errorf("auxiliary watches without bookmark = %v, want 1", got)
+	}
+}
+
+// A probe in flight when a read arrives may have been answered before the
+// read arrived: the read waits for the next probe.
+func TestConsistentThroughAPIServerProbeInFlight(t *testing.T) {
+	h := newProofHarness(t, harnessConfig{fastWait: time.Minute})
+
+	res1 := h.read()
+	probe1 := recv(t, h.api.probes, "probe 1")
+	res2 := h.read()
+	poll(t, "read 2 to wait for the next probe", func() bool {
+		probes := &h.p.remote.probes
+		probes.mu.Lock()
+		defer probes.mu.Unlock()
+		return probes.next != nil && probes.next.waiters == 1
+	})
+
+	probe1.reply <- probeList(listedAt)
+	checkServed(t, recv(t, res1, "read 1"), listedAt, listedAt)
+	probe2 := recv(t, h.api.probes, "probe 2")
+	empty(t, res2, "read 2 served before its probe answered")
+
+	probe2.reply <- probeList(20)
+	apply(h.store, change{name: "b", rv: 20})
+	checkServed(t, recv(t, res2, "read 2"), 20, 20)
+	empty(t, h.api.probes, "third probe")
+	h.noMoreWatches(t)
+}
+
+// The probe is a metadata-only consistent LIST of one reserved name, in
+// namespace default for namespaced resources; the auxiliary watch is
+// cluster-wide, unfiltered, metadata-only, from the store's position, with
+// bookmarks.
+func TestConsistentThroughAPIServerRequests(t *testing.T) {
+	type request struct {
+		Path, Query, Accept string
+	}
+	const (
+		probeQuery  = "fieldSelector=metadata.name%3Dlistproxy-freshness-probe"
+		watchQuery  = "allowWatchBookmarks=true&resourceVersion=10&timeoutSeconds=3&watch=true"
+		probeAccept = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+		watchAccept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+	)
+	tests := []struct {
+		name       string
+		path       string
+		namespaced bool
+		wantProbe  string
+	}{
+		{name: "core_namespaced", path: "/api/v1/pods", namespaced: true, wantProbe: "/api/v1/namespaces/default/pods"},
+		{name: "group_namespaced", path: "/apis/apps/v1/deployments", namespaced: true, wantProbe: "/apis/apps/v1/namespaces/default/deployments"},
+		{name: "core_cluster_scoped", path: "/api/v1/nodes", wantProbe: "/api/v1/nodes"},
+		{name: "group_cluster_scoped", path: "/apis/example.com/v1/widgets", wantProbe: "/apis/example.com/v1/widgets"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newProofHarness(t, harnessConfig{path: tc.path, namespaced: tc.namespaced})
+			res := h.read()
+			p := h.answerProbe(t, probeList(12))
+			w := h.watchOpened(t, listedAt)
+			w.steps <- watchStep{events: []string{bookmark(12)}}
+			checkServed(t, recv(t, res, "read"), 12, listedAt)
+
+			got := []request{{p.path, p.query, p.accept}, {w.path, w.query, w.accept}}
+			want := []request{{tc.wantProbe, probeQuery, probeAccept}, {tc.path, watchQuery, watchAccept}}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("probe and auxiliary watch requests (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A probe that does not return a resourceVersion fails the read as
+// probe_failed; nothing else is asked.
+func TestConsistentThroughAPIServerProbeErrors(t *testing.T) {
+	list := func(rv string) probeAnswer {
+		return probeAnswer{status: http.StatusOK, body: `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"` + rv + `"},"items":[]}`}
+	}
+	status := func(err *apierrors.StatusError) probeAnswer {
+		b, jerr := json.Marshal(err.ErrStatus)
+		if jerr != nil {
+			t.Fatal(jerr)
+		}
+		return probeAnswer{status: int(err.ErrStatus.Code), body: string(b)}
+	}
+	tests := []struct {
+		name   string
+		answer probeAnswer
+	}{
+		{name: "http_500", answer: status(apierrors.NewInternalError(fmt.Errorf("etcdserver: request timed out")))},
+		{name: "http_429", answer: status(apierrors.NewTooManyRequests("too many requests", 1))},
+		{name: "http_504", answer: status(apierrors.NewTimeoutError("request did not complete", 0))},
+		{name: "malformed_body", answer: probeAnswer{status: http.StatusOK, body: `{"kind":"PartialObjectMetadataList","metadata":`}},
+		{name: "resource_version_missing", answer: probeAnswer{status: http.StatusOK, body: `{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{},"items":[]}`}},
+		{name: "resource_version_not_a_number", answer: list("abc")},
+		{name: "resource_version_zero", answer: list("0")},
+		{name: "resource_version_negative", answer: list("-3")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newProofHarness(t, harnessConfig{})
+			res := h.read()
+			h.answerProbe(t, tc.answer)
+			checkPassedThrough(t, recv(t, res, "read"), ProbeFailed)
+			h.noMoreWatches(t)
+		})
+	}
 }
