@@ -483,6 +483,17 @@ func TestConsistentThroughAPIServerWaitsForLastAuxChange(t *testing.T) {
 			feed:     []change{{name: "b", rv: 11}, {name: "b", rv: 12}},
 		},
 		{
+			// One change short of R is not the fast path.
+			name: "store_one_below_R",
+			held: []change{{name: "b", rv: 11}},
+			r:    12,
+			aux: []auxStep{
+				{events: []string{added("c", 12), bookmark(13)}},
+			},
+			wantLast: 12,
+			feed:     []change{{name: "c", rv: 12}},
+		},
+		{
 			name: "bookmark_beyond_R_after_an_event_below_R",
 			r:    15,
 			aux: []auxStep{
@@ -666,7 +677,7 @@ func maxRV(events []string) uint64 {
 func TestConsistentThroughAPIServerAuxFallsShort(t *testing.T) {
 	const r = 12
 	bookmarkBelowR := watchStep{events: []string{bookmark(11)}}
-	expiredEv := watchStep{events: []string{expiredEvent()}}
+	expiredEv := watchStep{events: []string{expiredEvent()}, end: true}
 	gone := watchStep{status: http.StatusGone}
 	serverError := watchStep{status: http.StatusInternalServerError}
 	closedEarly := watchStep{end: true}
