@@ -869,3 +869,27 @@ func TestConsistentThroughAPIServerProbeErrors(t *testing.T) {
 		})
 	}
 }
+
+// Reads of one store share its running auxiliary watch, each with its own
+// R and so its own last change L.
+func TestConsistentThroughAPIServerSharesAuxWatch(t *testing.T) {
+	h := newProofHarness(t, harnessConfig{})
+	res1 := h.read()
+	h.answerProbe(t, probeList(12))
+	w := h.watchOpened(t, listedAt)
+	// An event beyond R proves both reads without ending the watch.
+	w.steps <- watchStep{events: []string{added("b", 11), added("c", 13)}}
+	h.waitProofs(t, pathAux, 1)
+
+	res2 := h.read()
+	h.answerProbe(t, probeList(13))
+	h.waitProofs(t, pathAux, 2)
+	h.noMoreWatches(t)
+
+	apply(h.store, change{name: "b", rv: 11})
+	checkServed(t, recv(t, res1, "read 1"), 12, 11)
+	empty(t, res2, "read 2 served before the store held the change at 13")
+	apply(h.store, change{name: "c", rv: 13})
+	checkServed(t, recv(t, res2, "read 2"), 13, 13)
+	w.steps <- watchStep{events: []string{bookmark(14)}}
+}
