@@ -23,8 +23,9 @@
 // against a snapshot) and knows where kube-apiserver stores each resource
 // (DefaultPrefix).
 //
-// It owns the etcd and apiserver sides of freshness and, per store, the Prover whose one
-// prove-and-wait serves consistent, exact and not-older-than reads; it may
-// import pkg/snapshot and must not import pkg/lists, pkg/proxy, pkg/auth,
-// pkg/consistency or pkg/paging.
+// It owns the etcd and apiserver sides of freshness and, per store, the
+// Prover whose one prove-and-wait serves consistent, exact and
+// not-older-than reads; it may import pkg/snapshot and pkg/wire (the
+// auxiliary watch's bytes) and must not import pkg/lists, pkg/proxy,
+// pkg/auth, pkg/consistency or pkg/paging.
 package freshness

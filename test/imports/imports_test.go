@@ -31,7 +31,7 @@ var allowed = map[string][]string{
 	"pkg/stores":      {"pkg/consistency", "pkg/freshness", "pkg/snapshot", "pkg/table", "pkg/wire", "pkg/httpapi"},
 	"pkg/auth":        {"pkg/httpapi"},
 	"pkg/consistency": {"pkg/snapshot", "pkg/wire", "pkg/httpapi"},
-	"pkg/freshness":   {"pkg/snapshot", "test/framework/binaries", "test/framework/freeport"},
+	"pkg/freshness":   {"pkg/snapshot", "pkg/wire", "test/framework/binaries", "test/framework/freeport"},
 	"pkg/paging":      {},
 	"pkg/snapshot":    {"pkg/gzstitch"},
 	// Test helpers over a package's exported API, for tests only.
