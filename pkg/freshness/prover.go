@@ -436,7 +436,7 @@ func NewReadMetrics(reg prometheus.Registerer) (*ReadMetrics, error) {
 	m := &ReadMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "consistent_reads_total",
-			Help: "Consistent LISTs by resource and outcome (served, or why freshness was not proven: probe_failed, progress_timeout, snapshot_timeout, prefix_unverified).",
+			Help: "Consistent LISTs by resource and outcome (served, or why freshness was not proven: probe_failed, progress_timeout, snapshot_timeout, prefix_unverified, no_bookmarks).",
 		}, []string{"resource", "outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "wait_duration_seconds",
