@@ -31,10 +31,12 @@ type Balancer struct {
 
 	ln       net.Listener
 	backends []string
+	isReady  func(ctx context.Context, addr string) bool
 	ready    []atomic.Bool
 	// gen counts each backend's restarts (Replaced); a probe answered
 	// across one is dropped.
 	gen    []atomic.Uint64
+	picked []atomic.Int64 // connections sent to each backend
 	next   atomic.Uint64
 	conns  atomic.Int64 // connections accepted
 	ctx    context.Context
@@ -48,14 +50,34 @@ type Balancer struct {
 // StartBalancer listens on a loopback port and balances connections over
 // backends (host:port of plain-HTTP listproxy replicas).
 func StartBalancer(backends []string) (*Balancer, error) {
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	return StartBalancerProbing(backends, func(ctx context.Context, addr string) bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+		if err != nil {
+			return false
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// StartBalancerProbing is StartBalancer with isReady as the readiness
+// probe of a backend (e.g. APIServerReadyProbe for https apiservers).
+func StartBalancerProbing(backends []string, isReady func(ctx context.Context, addr string) bool) (*Balancer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Balancer{
-		Addr: ln.Addr().String(), ln: ln, backends: backends,
-		ready: make([]atomic.Bool, len(backends)), gen: make([]atomic.Uint64, len(backends)), ctx: ctx, cancel: cancel,
+		Addr: ln.Addr().String(), ln: ln, backends: backends, isReady: isReady,
+		ready: make([]atomic.Bool, len(backends)), gen: make([]atomic.Uint64, len(backends)),
+		picked: make([]atomic.Int64, len(backends)), ctx: ctx, cancel: cancel,
 		open: map[net.Conn]struct{}{},
 	}
 	b.probe()
@@ -70,6 +92,9 @@ func (b *Balancer) URL() string { return "http://" + b.Addr }
 
 // Connections returns how many connections the balancer accepted.
 func (b *Balancer) Connections() int64 { return b.conns.Load() }
+
+// BackendConnections returns how many connections went to backend i.
+func (b *Balancer) BackendConnections(i int) int64 { return b.picked[i].Load() }
 
 // Ready reports whether backend i answered its last readiness probe.
 func (b *Balancer) Ready(i int) bool { return b.ready[i].Load() }
@@ -111,33 +136,17 @@ func (b *Balancer) probeLoop() {
 	}
 }
 
-// probe asks every backend's /readyz once, in parallel.
+// probe asks every backend's readiness once, in parallel.
 func (b *Balancer) probe() {
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	var wg sync.WaitGroup
 	for i, addr := range b.backends {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			gen := b.gen[i].Load()
-			ready := false
-			defer func() {
-				if b.gen[i].Load() == gen {
-					b.ready[i].Store(ready)
-				}
-			}()
-			req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
-			if err != nil {
-				return
+			ready := b.isReady(b.ctx, addr)
+			if b.gen[i].Load() == gen {
+				b.ready[i].Store(ready)
 			}
-			resp, err := client.Do(req)
-			if err != nil {
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			ready = resp.StatusCode == http.StatusOK
-		}()
+		})
 	}
 	wg.Wait()
 }
@@ -175,6 +184,7 @@ func (b *Balancer) pick() (net.Conn, error) {
 		}
 		c, err := net.DialTimeout("tcp", b.backends[i], time.Second)
 		if err == nil {
+			b.picked[i].Add(1)
 			return c, nil
 		}
 		errs = append(errs, err)

@@ -393,14 +393,30 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		return err
 	}
 	begin := time.Now()
-	httpClient, err := rest.HTTPClientFor(cp.AdminConfig)
+	if err := cp.waitAPIServer(ctx, p, cp.APIServerURL); err != nil {
+		return err
+	}
+	cp.logf("kube-apiserver ready at %s in %s", cp.APIServerURL, time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// waitAPIServer waits until the kube-apiserver p serving at serverURL
+// answers /readyz with 200 and the default namespace and RBAC bootstrap
+// roles exist.
+func (cp *ControlPlane) waitAPIServer(ctx context.Context, p *Process, serverURL string) error {
+	cfg := cp.UserConfig(UserAdmin)
+	cfg.Host = serverURL
+	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return fmt.Errorf("apiserver client: %w", err)
 	}
 	defer httpClient.CloseIdleConnections()
-	client := cp.Clientset(UserAdmin)
-	err = waitFor(ctx, p, "kube-apiserver", func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, cp.APIServerURL+"/readyz", nil)
+	client, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+	if err != nil {
+		return fmt.Errorf("apiserver client: %w", err)
+	}
+	return waitFor(ctx, p, p.Name, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, serverURL+"/readyz", nil)
 		if err != nil {
 			return err
 		}
@@ -423,11 +439,6 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return err
-	}
-	cp.logf("kube-apiserver ready at %s in %s", cp.APIServerURL, time.Since(begin).Round(time.Millisecond))
-	return nil
 }
 
 // StopAPIServer stops kube-apiserver; its port and flags are kept for

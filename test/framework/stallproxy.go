@@ -29,8 +29,6 @@ import (
 type StallProxy struct {
 	URL string
 
-	srv *http.Server
-
 	mu sync.Mutex
 	// open holds every watch response body being proxied, mapped to the
 	// gate it waits on while frozen (nil when flowing).
@@ -41,35 +39,48 @@ type StallProxy struct {
 // it when the test ends.
 func StartStallProxy(t testing.TB, cp *ControlPlane) *StallProxy {
 	t.Helper()
+	p := &StallProxy{open: map[*stallBody]chan struct{}{}}
+	p.URL = startAdminProxy(t, cp, "stall proxy", func(resp *http.Response) error {
+		if q := resp.Request.URL.Query().Get("watch"); q == "true" || q == "1" {
+			resp.Body = p.track(resp.Request.Context(), resp.Body)
+		}
+		return nil
+	})
+	t.Cleanup(p.Thaw)
+	return p
+}
+
+// startAdminProxy serves a reverse proxy to cp's apiserver on a loopback
+// port, sending every request with the admin's credentials and flushing
+// every write; modify sees each response. It returns the proxy's http URL
+// and stops it, ending every stream it carries, when the test ends.
+func startAdminProxy(t testing.TB, cp *ControlPlane, what string, modify func(*http.Response) error) string {
+	t.Helper()
 	target, err := url.Parse(cp.APIServerURL)
 	if err != nil {
-		t.Fatalf("stall proxy: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	rt, err := rest.TransportFor(cp.AdminConfig)
 	if err != nil {
-		t.Fatalf("stall proxy: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("stall proxy: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
-	p := &StallProxy{URL: "http://" + ln.Addr().String(), open: map[*stallBody]chan struct{}{}}
 	rp := &httputil.ReverseProxy{
-		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target) },
-		Transport:     rt,
-		FlushInterval: -1,
-		ModifyResponse: func(resp *http.Response) error {
-			if q := resp.Request.URL.Query().Get("watch"); q == "true" || q == "1" {
-				resp.Body = p.track(resp.Request.Context(), resp.Body)
-			}
-			return nil
-		},
-		ErrorLog: log.New(io.Discard, "", 0), // streams cut short are the point
+		Rewrite:        func(r *httputil.ProxyRequest) { r.SetURL(target) },
+		Transport:      rt,
+		FlushInterval:  -1,
+		ModifyResponse: modify,
+		ErrorLog:       log.New(io.Discard, "", 0), // streams cut short are the point
 	}
-	p.srv = &http.Server{Handler: rp, ReadHeaderTimeout: startTimeout}
-	go func() { _ = p.srv.Serve(ln) }()
-	t.Cleanup(p.stop)
-	return p
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: startTimeout}
+	go func() { _ = srv.Serve(ln) }()
+	// Closing a connection cancels its request's context, which a held
+	// read waits on.
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String()
 }
 
 // StartListproxyVia is StartListproxy with listproxy reaching the apiserver
@@ -81,6 +92,18 @@ func StartListproxyVia(t testing.TB, cp *ControlPlane, serverURL string, args ..
 		t.Fatalf("kubeconfig: %v", err)
 	}
 	// The last --kubeconfig wins over the one StartListproxy sets.
+	return StartListproxy(t, cp, append(args, "--kubeconfig="+kubeconfig)...)
+}
+
+// StartListproxyAt is StartListproxy with listproxy reaching the apiserver
+// at serverURL over https with the admin's credentials, trusting cp's CA:
+// e.g. a TCP balancer in front of several apiservers (AddAPIServer).
+func StartListproxyAt(t testing.TB, cp *ControlPlane, serverURL string, args ...string) *Listproxy {
+	t.Helper()
+	kubeconfig := filepath.Join(t.TempDir(), "at.kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig, serverURL, UserAdmin, false); err != nil {
+		t.Fatalf("kubeconfig: %v", err)
+	}
 	return StartListproxy(t, cp, append(args, "--kubeconfig="+kubeconfig)...)
 }
 
@@ -115,13 +138,6 @@ func (p *StallProxy) OpenWatches() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.open)
-}
-
-// stop ends every stream it carries (closing a connection cancels its
-// request's context, which a frozen read waits on) and the server.
-func (p *StallProxy) stop() {
-	p.Thaw()
-	_ = p.srv.Close()
 }
 
 func (p *StallProxy) track(ctx context.Context, body io.ReadCloser) io.ReadCloser {

@@ -1,0 +1,208 @@
+package e2e
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/listproxy/listproxy/test/framework"
+)
+
+// Consistent reads proven through the apiserver (no etcd) under conditions
+// the proof must survive: a feed whose events arrive late or without
+// bookmarks, and apiservers that hang or restart behind a TCP balancer.
+// Reads may pass through; none may be stale.
+
+const metricProofs = "listproxy_freshness_apiserver_proofs_total"
+
+// proofPaths returns the configmaps proofs by path between two scrapes.
+func proofPaths(before, after framework.Metrics) map[string]float64 {
+	paths := map[string]float64{}
+	for _, path := range []string{"fast", "aux", "no_bookmarks", "inconclusive"} {
+		label := `path="` + path + `"`
+		paths[path] = after.Sum(metricProofs, `resource="configmaps"`, label) - before.Sum(metricProofs, `resource="configmaps"`, label)
+	}
+	return paths
+}
+
+// auxResults returns the configmaps auxiliary watches by result between
+// two scrapes.
+func auxResults(before, after framework.Metrics) map[string]float64 {
+	const m = "listproxy_freshness_aux_watches_total"
+	results := map[string]float64{}
+	for _, r := range []string{"bookmark", "no_bookmark", "expired", "error"} {
+		label := `result="` + r + `"`
+		results[r] = after.Sum(m, `resource="configmaps"`, label) - before.Sum(m, `resource="configmaps"`, label)
+	}
+	return results
+}
+
+// outcomes returns the configmaps consistent reads by outcome between two
+// scrapes, as "outcome n" strings.
+func outcomes(before, after framework.Metrics) string {
+	const m = "listproxy_freshness_consistent_reads_total"
+	var out []string
+	for _, o := range []string{"served", "probe_failed", "progress_timeout", "snapshot_timeout", "no_bookmarks", "no_proof"} {
+		label := `outcome="` + o + `"`
+		if n := after.Sum(m, `resource="configmaps"`, label) - before.Sum(m, `resource="configmaps"`, label); n > 0 {
+			out = append(out, o+" "+strconv.FormatFloat(n, 'f', -1, 64))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// TestConsistentWithoutEtcdDelayedFeed runs checkLinearizable with listproxy
+// given no etcd and reaching the apiserver through a DelayProxy: the
+// stores' feeds deliver each event 0–5 s late (in order) while probes and
+// auxiliary watches are prompt, or the feeds, or every watch, lose their
+// bookmarks. A feed behind the probed revision must never be taken for one
+// that reached it.
+func TestConsistentWithoutEtcdDelayedFeed(t *testing.T) {
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	for _, tc := range []struct {
+		name    string
+		proxy   framework.DelayProxyConfig
+		writers int
+		args    []string
+		// wantPath is a proof path the run must take, wantAux an
+		// auxiliary watch result it must see ("" for none).
+		wantPath, wantAux string
+	}{{
+		// Events reach the store up to 5 s after the apiserver sent them:
+		// the proof waits for the store (up to 8 s) rather than trusting it.
+		name:     "delayed-feed",
+		proxy:    framework.DelayProxyConfig{MaxDelay: 5 * time.Second, LongWatchesOnly: true},
+		writers:  linWriters,
+		args:     []string{"--consistent-read-timeout=8s"},
+		wantPath: "aux",
+	}, {
+		// The feed advances only by events, on a quiet resource; the
+		// auxiliary watches keep their bookmarks.
+		name:     "feed-without-bookmarks",
+		proxy:    framework.DelayProxyConfig{DropBookmarks: true, LongWatchesOnly: true},
+		wantPath: "aux",
+	}, {
+		// No watch carries bookmarks, as for a resource without a watch
+		// cache: the first auxiliary watch ends without one, and from then
+		// on only the feed's own events prove anything.
+		name:     "no-bookmarks",
+		proxy:    framework.DelayProxyConfig{DropBookmarks: true},
+		writers:  linWriters,
+		wantPath: "fast",
+		wantAux:  "no_bookmark",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dp := framework.StartDelayProxy(t, cp, tc.proxy)
+			lp := framework.StartListproxyVia(t, cp, dp.URL, tc.args...)
+			scrape := func() framework.Metrics { return framework.Scrape(t, nil, lp.URL+"/metrics") }
+			before := scrape()
+			res := checkLinearizable(t, cp, lp, linRun{namespace: tc.name, duration: 15 * time.Second, writers: tc.writers, passThrough: true})
+			after := scrape()
+			paths, aux := proofPaths(before, after), auxResults(before, after)
+			t.Logf("%d LISTs, %.1f%% served from snapshots; proof paths %v; auxiliary watches %v; consistent reads: %s; proxy: %d watches treated, %d events delivered, %d bookmarks dropped",
+				res.lists, 100*float64(res.fromSnapshot)/float64(max(res.lists, 1)), paths, aux, outcomes(before, after),
+				dp.Treated(), dp.Events(), dp.DroppedBookmarks())
+			if dp.Treated() == 0 {
+				t.Errorf("the proxy treated no watch")
+			}
+			if paths[tc.wantPath] == 0 {
+				t.Errorf("no proof took path %s", tc.wantPath)
+			}
+			if tc.wantAux != "" && aux[tc.wantAux] == 0 {
+				t.Errorf("no auxiliary watch ended %s", tc.wantAux)
+			}
+			if res.fromSnapshot == 0 {
+				t.Errorf("no LIST was served from a snapshot: nothing was proven")
+			}
+		})
+	}
+}
+
+// TestConsistentWithoutEtcdTwoAPIServers runs checkLinearizable with two
+// kube-apiservers on one etcd behind a TCP balancer, the balancer being
+// listproxy's upstream (no etcd) and the writers'. During the run one
+// apiserver is paused (SIGSTOP) for 3 s and resumed, and the other is
+// restarted: connections move between instances whose watch caches lag
+// each other.
+func TestConsistentWithoutEtcdTwoAPIServers(t *testing.T) {
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	second := framework.StartAPIServers(t, cp, 1)[0]
+	probe, err := framework.APIServerReadyProbe(cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := func(u string) string { return strings.TrimPrefix(u, "https://") }
+	bal, err := framework.StartBalancerProbing([]string{addr(cp.APIServerURL), addr(second.URL)}, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bal.Close() })
+	balURL := "https://" + bal.Addr
+	lp := framework.StartListproxyAt(t, cp, balURL)
+	wcfg := cp.UserConfig(framework.UserAdmin)
+	wcfg.Host = balURL
+	writers, err := kubernetes.NewForConfig(wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	faults := func(ctx context.Context) {
+		step := func(d time.Duration) bool {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(d):
+				return true
+			}
+		}
+		if !step(3 * time.Second) {
+			return
+		}
+		first := cp.APIServerProcess()
+		if err := first.Pause(); err != nil {
+			t.Errorf("pause: %v", err)
+			return
+		}
+		t.Logf("paused the first apiserver (connections so far: %d, %d)", bal.BackendConnections(0), bal.BackendConnections(1))
+		step(3 * time.Second)
+		if err := first.Resume(); err != nil {
+			t.Errorf("resume: %v", err)
+			return
+		}
+		t.Logf("resumed the first apiserver")
+		if !step(2 * time.Second) {
+			return
+		}
+		begin := time.Now()
+		if err := second.Stop(); err != nil {
+			t.Errorf("stop the second apiserver: %v", err)
+			return
+		}
+		if err := second.Start(ctx); err != nil {
+			t.Errorf("start the second apiserver: %v", err)
+			return
+		}
+		t.Logf("restarted the second apiserver in %v (connections so far: %d, %d)",
+			time.Since(begin).Round(time.Millisecond), bal.BackendConnections(0), bal.BackendConnections(1))
+	}
+
+	scrape := func() framework.Metrics { return framework.Scrape(t, nil, lp.URL+"/metrics") }
+	before := scrape()
+	res := checkLinearizable(t, cp, lp, linRun{
+		namespace: "two-apiservers", duration: 20 * time.Second, writers: linWriters, writeTo: writers,
+		// The writers stop while their apiserver is paused.
+		minWriteRate: linMinRate / 2,
+		passThrough:  true, unavailable: true, faults: faults,
+	})
+	after := scrape()
+	t.Logf("%d LISTs, %.1f%% served from snapshots, %d unavailable; proof paths %v; auxiliary watches %v; consistent reads: %s; balancer connections: %d, %d",
+		res.lists, 100*float64(res.fromSnapshot)/float64(max(res.lists, 1)), res.unavailable, proofPaths(before, after), auxResults(before, after), outcomes(before, after),
+		bal.BackendConnections(0), bal.BackendConnections(1))
+	if res.fromSnapshot == 0 {
+		t.Errorf("no LIST was served from a snapshot: nothing was proven")
+	}
+}
