@@ -22,13 +22,13 @@ type report struct {
 	Rows        []row              `json:"scenarios"`
 	Freshness   *freshness         `json:"freshness,omitempty"`
 	// FreshnessQuiet is Freshness for a quiet resource.
-	FreshnessQuiet *freshness `json:"freshness_quiet,omitempty"`
-	Memory      []memorySample     `json:"memory"`
-	MemoryCheck []check            `json:"memory_checks"`
-	Steady      *steadyResult      `json:"steady,omitempty"`
-	NodeAgents  *nodeAgentsResult  `json:"node_agents,omitempty"`
-	Rollout     *rolloutResult     `json:"rollout,omitempty"`
-	Table       *tableResult       `json:"table,omitempty"`
+	FreshnessQuiet *freshness        `json:"freshness_quiet,omitempty"`
+	Memory         []memorySample    `json:"memory"`
+	MemoryCheck    []check           `json:"memory_checks"`
+	Steady         *steadyResult     `json:"steady,omitempty"`
+	NodeAgents     *nodeAgentsResult `json:"node_agents,omitempty"`
+	Rollout        *rolloutResult    `json:"rollout,omitempty"`
+	Table          *tableResult      `json:"table,omitempty"`
 	// SlowWatchLists is the informer storm's memory line.
 	SlowWatchLists *slowWatchListsResult `json:"slow_watch_lists,omitempty"`
 }

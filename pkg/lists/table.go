@@ -86,7 +86,8 @@ func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOpt
 	}
 	// Render up to the threshold: a short response is written whole.
 	pooled := tableBufs.Get().(*[]byte)
-	buf := append((*pooled)[:0], parts.Head...)
+	buf := (*pooled)[:0]
+	buf = append(buf, parts.Head...)
 	defer func() {
 		if cap(buf) <= tableBufBytes {
 			*pooled = buf[:0]
