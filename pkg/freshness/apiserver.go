@@ -205,9 +205,10 @@ func (a *apiserverProof) prove(ctx context.Context, r uint64) (uint64, error) {
 		if aux == nil {
 			break // the store is not synced: nothing to start from
 		}
-		last, ok := aux.lastChange(ctx, r)
+		last, covered, ok := aux.lastChange(ctx, r)
 		if ok {
 			a.api.metrics.proof(a.resource, pathAux)
+			a.api.metrics.auxLead.Observe(float64(covered - r))
 			return last, nil
 		}
 		if ctx.Err() != nil {
@@ -359,9 +360,9 @@ func (w *auxWatch) ended() bool {
 }
 
 // lastChange waits until the watch covers r and returns the last event at
-// or before r (or from, if none); ok is false if the watch ended short of
-// r or ctx ended.
-func (w *auxWatch) lastChange(ctx context.Context, r uint64) (last uint64, ok bool) {
+// or before r (or from, if none) and how far the watch covered; ok is
+// false if the watch ended short of r or ctx ended.
+func (w *auxWatch) lastChange(ctx context.Context, r uint64) (last, covered uint64, ok bool) {
 	for {
 		w.mu.Lock()
 		if w.covered >= r {
@@ -371,18 +372,19 @@ func (w *auxWatch) lastChange(ctx context.Context, r uint64) (last uint64, ok bo
 					last = rv
 				}
 			}
+			covered = w.covered
 			w.mu.Unlock()
-			return last, true
+			return last, covered, true
 		}
 		done, changed := w.done, w.changed
 		w.mu.Unlock()
 		if done {
-			return 0, false
+			return 0, 0, false
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return 0, false
+			return 0, 0, false
 		}
 	}
 }
@@ -405,6 +407,7 @@ type apiserverMetrics struct {
 	probeDuration *prometheus.HistogramVec
 	proofs        *prometheus.CounterVec
 	auxWatches    *prometheus.CounterVec
+	auxLead       prometheus.Histogram
 }
 
 func newAPIServerMetrics(reg prometheus.Registerer) (*apiserverMetrics, error) {
@@ -422,12 +425,17 @@ func newAPIServerMetrics(reg prometheus.Registerer) (*apiserverMetrics, error) {
 			Namespace: "listproxy", Subsystem: "freshness", Name: "aux_watches_total",
 			Help: "Auxiliary watches by resource and how they ended (bookmark, no_bookmark, expired, error).",
 		}, []string{"resource", "result"}),
+		auxLead: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "listproxy", Subsystem: "freshness", Name: "aux_bookmark_lead_revisions",
+			Help:    "For reads proven by an auxiliary watch: by how many revisions the watch's bookmark (or event) passed the probed revision (B − R); near 0, the bookmark came just in time.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}),
 	}
 	for _, r := range []string{probeOK, probeError} {
 		m.probeDuration.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.probeDuration, m.proofs, m.auxWatches} {
+		for _, c := range []prometheus.Collector{m.probeDuration, m.proofs, m.auxWatches, m.auxLead} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register apiserver proof metrics: %w", err)
 			}
