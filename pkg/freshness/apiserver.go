@@ -137,6 +137,7 @@ func newAPIServerProof(ctx context.Context, api *APIServer, store *snapshot.Stor
 		ctx:       ctx,
 	}
 	a.probes.read = a.readRevision
+	api.metrics.exportResource(resource)
 	return a
 }
 
@@ -450,6 +451,17 @@ func (m *apiserverMetrics) observeProbe(d time.Duration, err error) {
 		result = probeError
 	}
 	m.probeDuration.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// exportResource exports every path and result of resource from the start,
+// so that rates work before the first of each.
+func (m *apiserverMetrics) exportResource(resource string) {
+	for _, path := range []string{pathFast, pathAux, pathNoBookmarks, pathInconclusive, pathTimeout} {
+		m.proofs.WithLabelValues(resource, path)
+	}
+	for _, result := range []string{auxBookmark, auxNoBookmark, auxExpired, auxError} {
+		m.auxWatches.WithLabelValues(resource, result)
+	}
 }
 
 func (m *apiserverMetrics) proof(resource, path string) {
