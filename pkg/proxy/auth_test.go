@@ -71,6 +71,18 @@ func (a *fakeAuthorizer) Authorize(_ context.Context, attrs authorizer.Attribute
 	return authorizer.DecisionNoOpinion, "", nil
 }
 
+// ConditionsAwareAuthorize is Authorize's decision, as for an authorizer
+// that is not conditions-aware.
+func (a *fakeAuthorizer) ConditionsAwareAuthorize(ctx context.Context, attrs authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	return authorizer.ConditionsAwareDecisionFromParts(a.Authorize(ctx, attrs))
+}
+
+// EvaluateConditions fails closed: fakeAuthorizer makes no conditional
+// decisions.
+func (a *fakeAuthorizer) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
+
 func (a *fakeAuthorizer) calls() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
