@@ -88,7 +88,7 @@ func stripPod(obj any) (any, error) {
 }
 
 // storm starts n pod informers against t at once, with client-go's
-// defaults (v0.36: WatchListClient on, so each one's first request is a
+// defaults (v0.37: WatchListClient on, so each one's first request is a
 // watch-list), and waits until every one has synced. The informers are
 // left running until close is called; keep says which are returned.
 func (e *env) storm(ctx context.Context, t *target, n int, keep func(i int) bool) (stormResult, error) {

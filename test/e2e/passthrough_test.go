@@ -231,7 +231,7 @@ func TestWatchThroughListproxy(t *testing.T) {
 // TestInformerThroughListproxy: a typed pod informer (protobuf) and a
 // metadata informer (PartialObjectMetadata, protobuf) on listproxy sync and then see creates,
 // updates and deletes made directly on the apiserver — both as client-go
-// 1.36 runs them (WatchListClient on: the initial state arrives as a
+// v0.37 runs them (WatchListClient on: the initial state arrives as a
 // streamed watch, passed through) and with WatchListClient off (the reflector
 // pages through a resourceVersion=0 LIST, which listproxy answers from
 // snapshots with its own continue tokens).
