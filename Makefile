@@ -11,7 +11,7 @@ KUBE_VERSION ?= $(shell awk '$$1 == "default" {print $$2}' hack/kube-versions)
 KUBE_COMPAT_VERSION ?= $(shell awk '$$1 == "compat" {print $$2}' hack/kube-versions)
 export KUBE_VERSION
 
-.PHONY: all build deps control-plane control-plane-compat prometheus run test test-unit test-table-oracle test-e2e test-compat verify bench fuzz soak clean
+.PHONY: all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-table-oracle test-e2e test-compat verify bench fuzz soak conformance clean
 
 all: build
 
@@ -83,6 +83,14 @@ clean:
 soak: control-plane
 	LISTPROXY_BIN_DIR=$(abspath $(BIN)) LISTPROXY_SOAK_DURATION=$${LISTPROXY_SOAK_DURATION:-10m} \
 		$(GO) test -count=1 -timeout 0 -run '^TestReplicas$$' -v ./test/e2e/
+
+## e2e-binary: upstream's e2e test binary of KUBE_VERSION into _output/e2e-vKUBE_VERSION (about 200 MB; no-op when current)
+e2e-binary:
+	hack/build-e2e.sh $(KUBE_VERSION)
+
+## conformance: upstream's API machinery conformance, watch, watch-list and chunking specs, directly and through listproxy (sidecar and service mode); fails when listproxy passes fewer (see hack/conformance)
+conformance: control-plane build e2e-binary
+	$(GO) run ./hack/conformance
 
 ## bench: listproxy side by side with the apiserver on the same data (BENCH_PODS, BENCH_CHURN, BENCH_REPS, BENCH_OUT; see hack/bench)
 bench: control-plane build
