@@ -40,6 +40,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,6 +151,7 @@ type outcome struct {
 	mode    string
 	results map[string]Result
 	metrics framework.Metrics // listproxy's, after the run; nil for direct
+	log     string            // e2e.test's output
 	err     error
 }
 
@@ -237,6 +239,7 @@ func runMode(ctx context.Context, c config, cp *framework.ControlPlane, keysFile
 
 	report := filepath.Join(dir, "junit.xml")
 	logFile := filepath.Join(dir, "e2e.log")
+	o.log = logFile
 	logf("%s: running the specs (log %s)", mode, logFile)
 	begin := time.Now()
 	runErr := runE2E(ctx, c, kubeconfig, report, logFile)
@@ -422,8 +425,8 @@ func report(w io.Writer, outcomes []outcome) int {
 			Count(o.results, Passed), Count(o.results, Failed), Count(o.results, Skipped))
 	}
 	for _, o := range outcomes[1:] {
-		fmt.Fprintf(w, "%s listproxy: listproxy_watch_served_total %g, listproxy_lists_total{source=\"snapshot\"} %g\n", o.mode,
-			o.metrics.Sum("listproxy_watch_served_total"), o.metrics.Sum("listproxy_lists_total", `source="snapshot"`))
+		fmt.Fprintf(w, "%s listproxy: listproxy_watch_served_total %g (%s), listproxy_lists_total{source=\"snapshot\"} %g\n", o.mode,
+			o.metrics.Sum("listproxy_watch_served_total"), byStart(o.metrics), o.metrics.Sum("listproxy_lists_total", `source="snapshot"`))
 	}
 
 	code := 0
@@ -431,7 +434,7 @@ func report(w io.Writer, outcomes []outcome) int {
 	for _, o := range outcomes[1:] {
 		for _, name := range Lost(direct, o.results) {
 			code = 1
-			fmt.Fprintf(w, "\nFAIL: %s through listproxy (%s): %s\n", StatusOf(o.results, name), o.mode, name)
+			fmt.Fprintf(w, "\nLOST through listproxy (%s mode, %s; log %s): %s\n", o.mode, lostStatus(o.results, name), o.log, name)
 			if msg := o.results[name].Message; msg != "" {
 				fmt.Fprintf(w, "  %s\n", strings.ReplaceAll(strings.TrimSpace(msg), "\n", "\n  "))
 			}
@@ -445,6 +448,33 @@ func report(w io.Writer, outcomes []outcome) int {
 		fmt.Fprintln(w, "\nOK: listproxy passed every spec the direct run passed")
 	}
 	return code
+}
+
+// lostStatus names how a spec the direct run passed ended through listproxy.
+func lostStatus(run map[string]Result, name string) string {
+	if s := StatusOf(run, name); s != Missing {
+		return string(s)
+	}
+	return "not run"
+}
+
+// byStart sums listproxy_watch_served_total by its start label (how each
+// served watch began: initial_consistent is a watch-list).
+func byStart(m framework.Metrics) string {
+	sums := map[string]float64{}
+	for _, s := range m["listproxy_watch_served_total"] {
+		sums[s.Labels["start"]] += s.Value
+	}
+	starts := make([]string, 0, len(sums))
+	for start := range sums {
+		starts = append(starts, start)
+	}
+	sort.Strings(starts)
+	parts := make([]string, 0, len(starts))
+	for _, start := range starts {
+		parts = append(parts, fmt.Sprintf("%s %g", start, sums[start]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func logf(format string, args ...any) {
