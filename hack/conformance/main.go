@@ -56,12 +56,15 @@ import (
 	"github.com/listproxy/listproxy/test/framework/freeport"
 )
 
-// DefaultFocus selects the specs; DefaultSkip leaves out those that need
-// kubelets (pods, and the controllers that make them), admission webhooks
-// (served by a pod) or a serial or disruptive run.
+// DefaultFocus selects the specs; DefaultSkip leaves out those that cannot
+// pass on the local control plane, which has no kubelets and runs only the
+// namespace, service account and garbage collector controllers: pods and
+// what makes them (deployments, replica sets; the aggregator spec's sample
+// apiserver, admission webhooks), the resource quota controller's usage
+// accounting, and serial or disruptive runs.
 const (
 	DefaultFocus = `\[sig-api-machinery\].*\[Conformance\]|\[sig-api-machinery\] Watchers|\[sig-api-machinery\] API Streaming|API chunking`
-	DefaultSkip  = `\[Serial\]|\[Disruptive\]|[Ww]ebhook|[Pp]od|Deployment|ReplicaSet|kubelet`
+	DefaultSkip  = `\[Serial\]|\[Disruptive\]|[Ww]ebhook|[Pp]od|[Dd]eployment|ReplicaSet|kubelet|Aggregator|ResourceQuota.*(capture the life|promptly calculated|scope)`
 )
 
 // The modes a run can take.
