@@ -10,8 +10,7 @@
 // watch-list specs ("API Streaming") and "API chunking" (with its [Slow]
 // spec, which continues a list after etcd compacted its resourceVersion).
 //
-// The runs, at the same time against one control plane (conformance specs
-// are written to run in parallel):
+// The runs, at the same time, each against a control plane of its own:
 //
 //	direct   the apiserver, as user admin
 //	sidecar  listproxy on plain HTTP on loopback with its own admin
@@ -167,32 +166,13 @@ func run() (int, error) {
 	}
 	logf("kube %s, e2e binary %s, runs %s; logs and reports in %s", c.kubeVersion, c.e2eBin, strings.Join(c.modes, ","), c.dir)
 
-	cp, err := framework.StartControlPlane(ctx, framework.ControlPlaneConfig{
-		Dir:                filepath.Join(c.dir, "control-plane"),
-		Controllers:        true,
-		ExtraAPIServerArgs: []string{"--etcd-compaction-interval=" + compactionInterval},
-		Log:                os.Stdout,
-	})
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		if err := cp.Stop(); err != nil {
-			logf("stop control plane: %v", err)
-		}
-	}()
-	keysFile := filepath.Join(c.dir, "continue-token-keys")
-	if err := framework.WriteContinueTokenKeyFile(keysFile); err != nil {
-		return 0, err
-	}
-
 	outcomes := make([]outcome, len(c.modes))
 	var wg sync.WaitGroup
 	for i, mode := range c.modes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			outcomes[i] = runMode(ctx, c, cp, keysFile, mode)
+			outcomes[i] = runMode(ctx, c, mode)
 		}()
 	}
 	wg.Wait()
@@ -209,13 +189,30 @@ func run() (int, error) {
 	return report(os.Stdout, outcomes), nil
 }
 
-// runMode runs the specs once in mode and reads the report; a listproxy it
-// started is scraped after the run and stopped.
-func runMode(ctx context.Context, c config, cp *framework.ControlPlane, keysFile, mode string) outcome {
+// runMode starts a control plane of its own for mode (some specs create
+// cluster-scoped objects with fixed names, so runs must not share one), runs
+// the specs once and reads the report; a listproxy it started is scraped
+// after the run and stopped.
+func runMode(ctx context.Context, c config, mode string) outcome {
 	o := outcome{mode: mode}
 	dir := filepath.Join(c.dir, mode)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	cp, err := framework.StartControlPlane(ctx, framework.ControlPlaneConfig{
+		Dir:                filepath.Join(dir, "control-plane"),
+		Controllers:        true,
+		ExtraAPIServerArgs: []string{"--etcd-compaction-interval=" + compactionInterval},
+		Log:                prefixed(mode),
+	})
+	if err != nil {
 		o.err = err
+		return o
+	}
+	defer func() {
+		if err := cp.Stop(); err != nil {
+			logf("%s: stop control plane: %v", mode, err)
+		}
+	}()
+	keysFile := filepath.Join(dir, "continue-token-keys")
+	if o.err = framework.WriteContinueTokenKeyFile(keysFile); o.err != nil {
 		return o
 	}
 	kubeconfig := filepath.Join(dir, "kubeconfig")
@@ -486,6 +483,16 @@ func byStart(m framework.Metrics) string {
 		parts = append(parts, fmt.Sprintf("%s %g", start, sums[start]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// prefixed writes the control plane's progress lines with the run's mode.
+type prefixed string
+
+func (p prefixed) Write(b []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {
+		fmt.Printf("%s: %s\n", string(p), line)
+	}
+	return len(b), nil
 }
 
 func logf(format string, args ...any) {
