@@ -60,10 +60,10 @@ import (
 // namespace, service account and garbage collector controllers: pods and
 // what makes them (deployments, replica sets; the aggregator spec's sample
 // apiserver, admission webhooks), the resource quota controller's usage
-// accounting, and serial or disruptive runs.
+// accounting and status, and serial or disruptive runs.
 const (
 	DefaultFocus = `\[sig-api-machinery\].*\[Conformance\]|\[sig-api-machinery\] Watchers|\[sig-api-machinery\] API Streaming|API chunking`
-	DefaultSkip  = `\[Serial\]|\[Disruptive\]|[Ww]ebhook|[Pp]od|[Dd]eployment|ReplicaSet|kubelet|Aggregator|ResourceQuota.*(capture the life|promptly calculated|scope)`
+	DefaultSkip  = `\[Serial\]|\[Disruptive\]|[Ww]ebhook|[Pp]od|[Dd]eployment|ReplicaSet|kubelet|Aggregator|ResourceQuota.*(capture the life|promptly calculated|scope|status)`
 )
 
 // The modes a run can take.
