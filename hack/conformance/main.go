@@ -246,10 +246,10 @@ func runMode(ctx context.Context, c config, mode string) outcome {
 	logf("%s: done in %s (%v)", mode, time.Since(begin).Round(time.Second), runErr)
 	f, err := os.Open(report)
 	if err != nil {
-		o.err = fmt.Errorf("no JUnit report (e2e.test: %v): %w\n%s", runErr, err, framework.LogTail(logFile, 30))
+		o.err = fmt.Errorf("no JUnit report (e2e.test: %w): %w\n%s", runErr, err, framework.LogTail(logFile, 30))
 		return o
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if o.results, o.err = ParseJUnit(f); o.err != nil {
 		return o
 	}
@@ -268,7 +268,7 @@ func runE2E(ctx context.Context, c config, kubeconfig, report, logFile string) e
 	if err != nil {
 		return err
 	}
-	defer out.Close()
+	defer func() { _ = out.Close() }()
 	cmd := exec.CommandContext(ctx, c.e2eBin,
 		"--kubeconfig="+kubeconfig,
 		"--kubectl-path="+c.kubectl,
