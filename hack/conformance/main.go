@@ -30,6 +30,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -246,7 +247,7 @@ func runMode(ctx context.Context, c config, mode string) outcome {
 	logf("%s: done in %s (%v)", mode, time.Since(begin).Round(time.Second), runErr)
 	f, err := os.Open(report)
 	if err != nil {
-		o.err = fmt.Errorf("no JUnit report (e2e.test: %w): %w\n%s", runErr, err, framework.LogTail(logFile, 30))
+		o.err = fmt.Errorf("no JUnit report (e2e.test ended with %w): %w\n%s", cmp.Or(runErr, errExitedZero), err, framework.LogTail(logFile, 30))
 		return o
 	}
 	defer func() { _ = f.Close() }()
@@ -258,6 +259,9 @@ func runMode(ctx context.Context, c config, mode string) outcome {
 	}
 	return o
 }
+
+// errExitedZero stands for a run of e2e.test that ended without error.
+var errExitedZero = errors.New("exit status 0")
 
 // runE2E runs e2e.test with its output in logFile. A non-zero exit is
 // expected when a spec fails; the report says which.
