@@ -9,7 +9,7 @@ go 1.26.0
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/listproxy/listproxy v0.0.0-00010101000000-000000000000
-	k8s.io/apiextensions-apiserver v0.36.3
+	k8s.io/apiextensions-apiserver v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/apiserver v0.37.2
 	k8s.io/kubernetes v1.37.2
