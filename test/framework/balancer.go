@@ -51,8 +51,14 @@ type Balancer struct {
 // backends (host:port of plain-HTTP listproxy replicas).
 func StartBalancer(backends []string) (*Balancer, error) {
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	return StartBalancerProbing(backends, func(ctx context.Context, addr string) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+	return StartBalancerProbing(backends, readyzProbe(client, "http"))
+}
+
+// readyzProbe is a readiness probe that GETs scheme://ADDR/readyz with
+// client and wants a 200.
+func readyzProbe(client *http.Client, scheme string) func(ctx context.Context, addr string) bool {
+	return func(ctx context.Context, addr string) bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/readyz", nil)
 		if err != nil {
 			return false
 		}
@@ -63,7 +69,7 @@ func StartBalancer(backends []string) (*Balancer, error) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	})
+	}
 }
 
 // StartBalancerProbing is StartBalancer with isReady as the readiness
