@@ -234,11 +234,11 @@ func (a *apiserverProof) runningAux() (*auxWatch, bool) {
 	if a.aux != nil && !a.aux.ended() {
 		return a.aux, false
 	}
-	if _, from, err := a.store.Latest(); err != nil || from == 0 {
+	_, from, err := a.store.Latest()
+	if err != nil || from == 0 {
 		return nil, false
-	} else {
-		a.aux = newAuxWatch(from)
 	}
+	a.aux = newAuxWatch(from)
 	go a.runAux(a.aux)
 	return a.aux, false
 }
