@@ -127,6 +127,20 @@ func (a *APIServer) Stop() error {
 	return p.Stop()
 }
 
+// Kill ends the apiserver with SIGKILL, as a crash (its open connections
+// are reset, no goaway, no retry-after), and waits for the exit; Start
+// starts it again.
+func (a *APIServer) Kill() error {
+	a.mu.Lock()
+	p := a.p
+	a.p = nil
+	a.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.Kill()
+}
+
 // Process returns the running process, nil when stopped.
 func (a *APIServer) Process() *Process {
 	a.mu.Lock()

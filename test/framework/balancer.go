@@ -114,6 +114,19 @@ func (b *Balancer) Replaced(i int) {
 	b.ready[i].Store(false)
 }
 
+// DropConnections closes every open connection, both the client's side and
+// the backend's, as a load balancer that restarts or loses its connection
+// table; new connections are balanced as before. It returns how many
+// connections it closed.
+func (b *Balancer) DropConnections() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c := range b.open {
+		_ = c.Close()
+	}
+	return len(b.open)
+}
+
 // Close stops accepting, closes every open connection and waits for the
 // balancer's goroutines.
 func (b *Balancer) Close() error {

@@ -85,3 +85,47 @@ func TestBalancer(t *testing.T) {
 		t.Errorf("balancer accepted %d connections, want 12", n)
 	}
 }
+
+// DropConnections ends every open connection, a streaming one included,
+// and the balancer goes on accepting new ones.
+func TestBalancerDropConnections(t *testing.T) {
+	started := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/readyz" {
+			return
+		}
+		w.(http.Flusher).Flush()
+		started <- struct{}{}
+		<-r.Context().Done() // a stream that only ends when its connection does
+	}))
+	defer backend.Close()
+	b, err := StartBalancer([]string{strings.TrimPrefix(backend.URL, "http://")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	}()
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	resp, err := client.Get(b.URL() + "/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	<-started
+	if n := b.DropConnections(); n != 2 {
+		t.Errorf("DropConnections closed %d connections, want 2 (client and backend side)", n)
+	}
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Errorf("the stream ended cleanly, want its connection cut")
+	}
+	resp2, err := client.Get(b.URL() + "/readyz")
+	if err != nil {
+		t.Fatalf("a new connection after the drop: %v", err)
+	}
+	resp2.Body.Close()
+}

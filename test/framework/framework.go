@@ -73,6 +73,10 @@ type ControlPlaneConfig struct {
 	ExtraAPIServerArgs []string
 	// ExtraUsers get static tokens in addition to admin, alice and bob.
 	ExtraUsers []User
+	// EtcdMembers is the size of the etcd cluster: 0 or 1 runs one member;
+	// 3 runs a cluster as an HA control plane does, and kube-apiserver is
+	// given every member.
+	EtcdMembers int
 	// Log receives progress lines. Nil means discard.
 	Log io.Writer
 }
@@ -81,10 +85,12 @@ type ControlPlaneConfig struct {
 // processes listen on 127.0.0.1 only. Stop must be called to end them.
 type ControlPlane struct {
 	Dir          string
-	EtcdEndpoint string // http://127.0.0.1:PORT
-	APIServerURL string // https://127.0.0.1:PORT
-	CAFile       string // CA of the apiserver serving certificate and client certificates
-	AuditLogFile string // JSON lines, one audit.k8s.io/v1 Event per line, level Metadata
+	EtcdEndpoint string // the first member's http://127.0.0.1:PORT
+	// EtcdEndpoints are every member's client URL, in member order.
+	EtcdEndpoints []string
+	APIServerURL  string // https://127.0.0.1:PORT
+	CAFile        string // CA of the apiserver serving certificate and client certificates
+	AuditLogFile  string // JSON lines, one audit.k8s.io/v1 Event per line, level Metadata
 	// AdminConfig is user "admin" (group system:masters), token auth.
 	AdminConfig *rest.Config
 
@@ -94,14 +100,14 @@ type ControlPlane struct {
 	ca     *ca
 	tokens map[string]string // user name -> bearer token
 
-	etcdArgs      []string
+	etcdArgs      [][]string // per member
 	apiserverArgs []string
 	kcmArgs       []string
 
 	mu        sync.Mutex
-	etcd      *Process // guarded by mu; nil when stopped
-	apiserver *Process // guarded by mu; nil when stopped
-	kcm       *Process // guarded by mu; nil when stopped or not configured
+	etcd      []*Process // per member, guarded by mu; nil when stopped
+	apiserver *Process   // guarded by mu; nil when stopped
+	kcm       *Process   // guarded by mu; nil when stopped or not configured
 }
 
 // BinDir returns the directory holding the selected Kubernetes release's
@@ -207,17 +213,17 @@ func StartControlPlane(ctx context.Context, cfg ControlPlaneConfig) (*ControlPla
 
 // prepare picks ports and writes certificates, keys, tokens and policies.
 func (cp *ControlPlane) prepare() error {
-	nports := 3
+	members := max(cp.cfg.EtcdMembers, 1)
+	nports := 2*members + 1
 	if cp.cfg.Controllers {
-		nports = 4
+		nports++
 	}
 	ports, err := freeport.Ports(nports)
 	if err != nil {
 		return err
 	}
-	cp.EtcdEndpoint = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
+	etcdPorts, ports := ports[:2*members], ports[2*members:]
+	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
 
 	cp.ca, err = newCA()
 	if err != nil {
@@ -266,23 +272,12 @@ func (cp *ControlPlane) prepare() error {
 	}
 	cp.AdminConfig = cp.UserConfig(UserAdmin)
 
-	cp.etcdArgs = []string{
-		"--name=default",
-		"--data-dir=" + path("etcd-data"),
-		"--listen-client-urls=" + cp.EtcdEndpoint,
-		"--advertise-client-urls=" + cp.EtcdEndpoint,
-		"--listen-peer-urls=" + peerURL,
-		"--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=default=" + peerURL,
-		"--quota-backend-bytes=" + strconv.Itoa(8<<30),
-		"--unsafe-no-fsync",
-		"--log-level=warn",
-	}
+	cp.prepareEtcd(members, etcdPorts)
 	cp.apiserverArgs = append([]string{
-		"--etcd-servers=" + cp.EtcdEndpoint,
+		"--etcd-servers=" + strings.Join(cp.EtcdEndpoints, ","),
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(ports[2]),
+		"--secure-port=" + strconv.Itoa(ports[0]),
 		"--cert-dir=" + path("apiserver-certs"),
 		"--tls-cert-file=" + path("apiserver.crt"),
 		"--tls-private-key-file=" + path("apiserver.key"),
@@ -318,11 +313,61 @@ func (cp *ControlPlane) prepare() error {
 			"--use-service-account-credentials=false",
 			"--leader-elect=false",
 			"--bind-address=127.0.0.1",
-			"--secure-port=" + strconv.Itoa(ports[3]),
+			"--secure-port=" + strconv.Itoa(ports[1]),
 			"--cert-dir=" + path("kcm-certs"),
 		}
 	}
 	return nil
+}
+
+// prepareEtcd sets the endpoints and command lines of an etcd cluster of
+// members, given two ports per member (client, peer). One member keeps the
+// names a single etcd always had (member "default", etcd-data, etcd.log).
+func (cp *ControlPlane) prepareEtcd(members int, ports []int) {
+	var cluster []string
+	peers := make([]string, members)
+	for i := range members {
+		cp.EtcdEndpoints = append(cp.EtcdEndpoints, fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]))
+		peers[i] = fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
+		cluster = append(cluster, cp.etcdMemberName(i)+"="+peers[i])
+	}
+	cp.EtcdEndpoint = cp.EtcdEndpoints[0]
+	cp.etcd = make([]*Process, members)
+	for i := range members {
+		dataDir := "etcd-data"
+		if members > 1 {
+			dataDir = cp.etcdMemberName(i) + "-data"
+		}
+		cp.etcdArgs = append(cp.etcdArgs, []string{
+			"--name=" + cp.etcdMemberName(i),
+			"--data-dir=" + filepath.Join(cp.Dir, dataDir),
+			"--listen-client-urls=" + cp.EtcdEndpoints[i],
+			"--advertise-client-urls=" + cp.EtcdEndpoints[i],
+			"--listen-peer-urls=" + peers[i],
+			"--initial-advertise-peer-urls=" + peers[i],
+			"--initial-cluster=" + strings.Join(cluster, ","),
+			"--initial-cluster-state=new",
+			"--quota-backend-bytes=" + strconv.Itoa(8<<30),
+			"--unsafe-no-fsync",
+			"--log-level=warn",
+		})
+	}
+}
+
+// etcdMemberName is member i's name, which is also its process and log name.
+func (cp *ControlPlane) etcdMemberName(i int) string {
+	if max(cp.cfg.EtcdMembers, 1) == 1 {
+		return "default"
+	}
+	return fmt.Sprintf("etcd-%d", i)
+}
+
+// etcdProcessName is the process (and log file) name of member i.
+func (cp *ControlPlane) etcdProcessName(i int) string {
+	if len(cp.EtcdEndpoints) == 1 {
+		return "etcd"
+	}
+	return cp.etcdMemberName(i)
 }
 
 // auditPolicy records every request at Metadata level (who did what to which
@@ -334,28 +379,49 @@ rules:
 - level: Metadata
 `
 
-// StartEtcd starts etcd on its port and data dir and waits until a client
-// read succeeds. ctx bounds the wait.
+// StartEtcd starts every etcd member on its ports and data dir and waits
+// until each serves a linearizable read (which needs the cluster's quorum,
+// so all members start before the first wait). ctx bounds the wait.
 func (cp *ControlPlane) StartEtcd(ctx context.Context) error {
-	p, err := cp.startProcess(&cp.etcd, "etcd", cp.etcdArgs, etcdStopGrace)
+	begin := time.Now()
+	procs := make([]*Process, len(cp.EtcdEndpoints))
+	for i := range cp.EtcdEndpoints {
+		p, err := cp.startProcess(&cp.etcd[i], cp.etcdProcessName(i), "etcd", cp.etcdArgs[i], etcdStopGrace)
+		if err != nil {
+			return err
+		}
+		procs[i] = p
+	}
+	for i, p := range procs {
+		if err := cp.waitEtcdMember(ctx, i, p); err != nil {
+			return err
+		}
+	}
+	cp.logf("etcd ready at %s in %s", strings.Join(cp.EtcdEndpoints, ","), time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+// StartEtcdMember starts member i again (its data dir is kept) and waits
+// until it serves a linearizable read. ctx bounds the wait.
+func (cp *ControlPlane) StartEtcdMember(ctx context.Context, i int) error {
+	p, err := cp.startProcess(&cp.etcd[i], cp.etcdProcessName(i), "etcd", cp.etcdArgs[i], etcdStopGrace)
 	if err != nil {
 		return err
 	}
-	begin := time.Now()
-	if err := waitFor(ctx, p, "etcd", func(ctx context.Context) error {
-		return cp.etcdHealthy(ctx)
-	}); err != nil {
-		return err
-	}
-	cp.logf("etcd ready at %s in %s", cp.EtcdEndpoint, time.Since(begin).Round(time.Millisecond))
-	return nil
+	return cp.waitEtcdMember(ctx, i, p)
+}
+
+func (cp *ControlPlane) waitEtcdMember(ctx context.Context, i int, p *Process) error {
+	return waitFor(ctx, p, p.Name, func(ctx context.Context) error {
+		return etcdHealthy(ctx, cp.EtcdEndpoints[i])
+	})
 }
 
 // etcdHealthy checks the quiet HTTP /health endpoint first, so the etcd
 // client does not log retries while etcd is still starting, then does a
 // linearizable Get as the real readiness test.
-func (cp *ControlPlane) etcdHealthy(ctx context.Context) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cp.EtcdEndpoint+"/health", nil)
+func etcdHealthy(ctx context.Context, endpoint string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/health", nil)
 	if err != nil {
 		return err
 	}
@@ -368,7 +434,7 @@ func (cp *ControlPlane) etcdHealthy(ctx context.Context) error {
 		return fmt.Errorf("etcd /health: %s", resp.Status)
 	}
 	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{cp.EtcdEndpoint},
+		Endpoints:   []string{endpoint},
 		DialTimeout: 2 * time.Second,
 		Context:     ctx,
 	})
@@ -381,14 +447,80 @@ func (cp *ControlPlane) etcdHealthy(ctx context.Context) error {
 	return err
 }
 
-// StopEtcd stops etcd; its port and data dir are kept for StartEtcd.
-func (cp *ControlPlane) StopEtcd() error { return cp.stopProcess(&cp.etcd) }
+// StopEtcd stops every etcd member; ports and data dirs are kept for
+// StartEtcd.
+func (cp *ControlPlane) StopEtcd() error {
+	var errs []error
+	for i := range cp.etcd {
+		errs = append(errs, cp.StopEtcdMember(i))
+	}
+	return errors.Join(errs...)
+}
+
+// StopEtcdMember stops member i; its port and data dir are kept for
+// StartEtcdMember.
+func (cp *ControlPlane) StopEtcdMember(i int) error { return cp.stopProcess(&cp.etcd[i]) }
+
+// KillEtcdMember ends member i with SIGKILL, as a crash, and waits for the
+// exit; StartEtcdMember starts it again.
+func (cp *ControlPlane) KillEtcdMember(i int) error {
+	cp.mu.Lock()
+	p := cp.etcd[i]
+	cp.etcd[i] = nil
+	cp.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	return p.Kill()
+}
+
+// EtcdLeader returns the index of the member that is the etcd cluster's
+// leader, as the members that answer within a second see it.
+func (cp *ControlPlane) EtcdLeader(ctx context.Context) (int, error) {
+	var errs []error
+	ids := make([]uint64, len(cp.EtcdEndpoints))
+	var leader uint64
+	for i, ep := range cp.EtcdEndpoints {
+		id, l, err := etcdStatus(ctx, ep)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+			continue
+		}
+		ids[i] = id
+		if l != 0 {
+			leader = l
+		}
+	}
+	for i, id := range ids {
+		if id != 0 && id == leader {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("no etcd leader among %d members: %w", len(ids), errors.Join(errs...))
+}
+
+// etcdStatus asks the member at endpoint for its id and the leader it
+// follows, within a second.
+func etcdStatus(ctx context.Context, endpoint string) (id, leader uint64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, Context: ctx})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = client.Close() }()
+	st, err := client.Status(ctx, endpoint)
+	if err != nil {
+		return 0, 0, err
+	}
+	return st.Header.MemberId, st.Leader, nil
+}
 
 // StartAPIServer starts kube-apiserver on its port with the same flags and
 // waits until /readyz is 200 and the default namespace and RBAC bootstrap
 // roles exist. ctx bounds the wait.
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
-	p, err := cp.startProcess(&cp.apiserver, "kube-apiserver", cp.apiserverArgs, 0)
+	p, err := cp.startProcess(&cp.apiserver, "kube-apiserver", "kube-apiserver", cp.apiserverArgs, 0)
 	if err != nil {
 		return err
 	}
@@ -448,7 +580,7 @@ func (cp *ControlPlane) StopAPIServer() error { return cp.stopProcess(&cp.apiser
 // startControllers starts kube-controller-manager and waits until the
 // serviceaccount controller has created "default" in namespace default.
 func (cp *ControlPlane) startControllers(ctx context.Context) error {
-	p, err := cp.startProcess(&cp.kcm, "kube-controller-manager", cp.kcmArgs, 0)
+	p, err := cp.startProcess(&cp.kcm, "kube-controller-manager", "kube-controller-manager", cp.kcmArgs, 0)
 	if err != nil {
 		return err
 	}
@@ -471,16 +603,17 @@ func (cp *ControlPlane) Stop() error {
 	return errors.Join(
 		cp.stopProcess(&cp.kcm),
 		cp.stopProcess(&cp.apiserver),
-		cp.stopProcess(&cp.etcd),
+		cp.StopEtcd(),
 	)
 }
 
 // LogFiles returns the paths of the component logs.
 func (cp *ControlPlane) LogFiles() []string {
-	files := []string{
-		filepath.Join(cp.Dir, "etcd.log"),
-		filepath.Join(cp.Dir, "kube-apiserver.log"),
+	var files []string
+	for i := range cp.EtcdEndpoints {
+		files = append(files, filepath.Join(cp.Dir, cp.etcdProcessName(i)+".log"))
 	}
+	files = append(files, filepath.Join(cp.Dir, "kube-apiserver.log"))
 	if cp.cfg.Controllers {
 		files = append(files, filepath.Join(cp.Dir, "kube-controller-manager.log"))
 	}
@@ -492,7 +625,7 @@ func (cp *ControlPlane) Processes() []*Process {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	var ps []*Process
-	for _, p := range []*Process{cp.etcd, cp.apiserver, cp.kcm} {
+	for _, p := range append(append([]*Process{}, cp.etcd...), cp.apiserver, cp.kcm) {
 		if p != nil {
 			ps = append(ps, p)
 		}
@@ -566,8 +699,9 @@ func (cp *ControlPlane) CreateNamespace(ctx context.Context, name string, labels
 	return nil
 }
 
-// startProcess starts a component into slot; stopGrace 0 means the default.
-func (cp *ControlPlane) startProcess(slot **Process, name string, args []string, stopGrace time.Duration) (*Process, error) {
+// startProcess starts the component binary bin as name (its log is
+// name.log) into slot; stopGrace 0 means the default.
+func (cp *ControlPlane) startProcess(slot **Process, name, bin string, args []string, stopGrace time.Duration) (*Process, error) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
 	if *slot != nil {
@@ -576,7 +710,7 @@ func (cp *ControlPlane) startProcess(slot **Process, name string, args []string,
 		}
 	}
 	cp.logf("starting %s", name)
-	p, err := StartProcess(name, filepath.Join(cp.binDir, name), args, filepath.Join(cp.Dir, name+".log"))
+	p, err := StartProcess(name, filepath.Join(cp.binDir, bin), args, filepath.Join(cp.Dir, name+".log"))
 	if err != nil {
 		return nil, err
 	}

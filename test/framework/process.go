@@ -121,6 +121,23 @@ func (p *Process) Stop() error {
 	}
 }
 
+// Kill sends SIGKILL to the process group, as a crash, and waits for the
+// exit. It is safe to call more than once.
+func (p *Process) Kill() error {
+	if exited, _ := p.Exited(); exited {
+		return nil
+	}
+	if err := syscall.Kill(-p.Pid(), syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("kill %s: %w", p.Name, err)
+	}
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("%s (pid %d) did not exit after SIGKILL", p.Name, p.Pid())
+	}
+}
+
 // ExitError describes an unexpected exit, with the tail of the log. Call it
 // once Done is closed.
 func (p *Process) ExitError() error {
