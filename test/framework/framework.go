@@ -463,16 +463,7 @@ func (cp *ControlPlane) StopEtcdMember(i int) error { return cp.stopProcess(&cp.
 
 // KillEtcdMember ends member i with SIGKILL, as a crash, and waits for the
 // exit; StartEtcdMember starts it again.
-func (cp *ControlPlane) KillEtcdMember(i int) error {
-	cp.mu.Lock()
-	p := cp.etcd[i]
-	cp.etcd[i] = nil
-	cp.mu.Unlock()
-	if p == nil {
-		return nil
-	}
-	return p.Kill()
-}
+func (cp *ControlPlane) KillEtcdMember(i int) error { return cp.killProcess(&cp.etcd[i]) }
 
 // EtcdLeader returns the index of the member that is the etcd cluster's
 // leader, as the members that answer within a second see it.
@@ -576,6 +567,10 @@ func (cp *ControlPlane) waitAPIServer(ctx context.Context, p *Process, serverURL
 // StopAPIServer stops kube-apiserver; its port and flags are kept for
 // StartAPIServer.
 func (cp *ControlPlane) StopAPIServer() error { return cp.stopProcess(&cp.apiserver) }
+
+// KillAPIServer ends kube-apiserver with SIGKILL, as a crash, and waits
+// for the exit; StartAPIServer starts it again.
+func (cp *ControlPlane) KillAPIServer() error { return cp.killProcess(&cp.apiserver) }
 
 // startControllers starts kube-controller-manager and waits until the
 // serviceaccount controller has created "default" in namespace default.
@@ -732,6 +727,21 @@ func (cp *ControlPlane) stopProcess(slot **Process) error {
 		return err
 	}
 	cp.logf("stopped %s in %s", p.Name, time.Since(begin).Round(time.Millisecond))
+	return nil
+}
+
+func (cp *ControlPlane) killProcess(slot **Process) error {
+	cp.mu.Lock()
+	p := *slot
+	*slot = nil
+	cp.mu.Unlock()
+	if p == nil {
+		return nil
+	}
+	if err := p.Kill(); err != nil {
+		return err
+	}
+	cp.logf("killed %s", p.Name)
 	return nil
 }
 
