@@ -242,8 +242,11 @@ func TestHAControlPlane(t *testing.T) {
 	for _, format := range []string{"json", "protobuf"} {
 		awaitMetric(ctx, t, lp.URL, 30*time.Second, 1, "listproxy_snapshot_watch_healthy", `resource="configmaps"`, `format="`+format+`"`)
 	}
+	diff.mu.Lock()
+	errs := diff.errs
+	diff.mu.Unlock()
 	t.Logf("differential watch: %d events compared with etcd's, %d opens (%d served from snapshots), %d ended by an error %q; %d informers converged",
-		compared, diff.opens.Load(), diff.fromSnapshot.Load(), diff.failures.Load(), diff.errs, len(infs))
+		compared, diff.opens.Load(), diff.fromSnapshot.Load(), diff.failures.Load(), errs, len(infs))
 }
 
 // listWatchConfigMapInformer is a configmap informer of ns whose reflector
@@ -350,7 +353,7 @@ func (d *haDiffWatch) run(ctx context.Context) {
 			d.mu.Unlock()
 			return
 		}
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			d.failures.Add(1)
 			d.mu.Lock()
 			d.errs = append(d.errs, err.Error())
