@@ -157,3 +157,95 @@ func SetTableRowResourceVersion(row []byte, rv string) ([]byte, error) {
 	out = append(out, updated...)
 	return append(out, row[start+len(object):]...), nil
 }
+
+// TableBookmark is the row of a Table watch's BOOKMARK, learned from one
+// the apiserver sent: its rendering of an empty object of the resource,
+// whose cells do not depend on the bookmark's resourceVersion.
+type TableBookmark struct {
+	// Head is the row up to its object's value: {"cells":[...],"object":
+	Head []byte
+	// Meta is what the object's metadata carries after its
+	// resourceVersion, the initial-events-end annotation left out
+	// (e.g. `,"creationTimestamp":null`, or nothing).
+	Meta []byte
+}
+
+// bookmarkObjectPrefix is how a bookmark row's PartialObjectMetadata
+// starts, up to its group version.
+const bookmarkObjectPrefix = `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/`
+
+// initialEventsEndMember is the annotations member of the bookmark ending
+// a watch-list's initial events.
+const initialEventsEndMember = `,"annotations":{"` + initialEventsEndAnnotation + `":"true"}`
+
+// ParseTableBookmark reads the row of a Table BOOKMARK at resourceVersion
+// rv, as the apiserver sent it: the object's metadata must start with the
+// resourceVersion, and nothing may follow the object in the row. The
+// object may be a PartialObjectMetadata or a whole object (a feed with
+// includeObject=Object); only its metadata is kept.
+func ParseTableBookmark(row []byte, rv string) (TableBookmark, error) {
+	var object []byte
+	err := eachMember(row, func(key, value []byte) (bool, error) {
+		if keyIs(key, "object") {
+			object = value
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return TableBookmark{}, fmt.Errorf("table bookmark row: %w", err)
+	}
+	if object == nil || object[0] != '{' {
+		return TableBookmark{}, malformed("table bookmark row without an object")
+	}
+	end := offsetIn(row, object) + len(object)
+	if string(row[end:]) != "}" {
+		return TableBookmark{}, malformed("table bookmark row: members after the object")
+	}
+	var meta []byte
+	err = eachMember(object, func(key, value []byte) (bool, error) {
+		if keyIs(key, "metadata") {
+			meta = value
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return TableBookmark{}, fmt.Errorf("table bookmark object: %w", err)
+	}
+	lead := []byte(`{"resourceVersion":`)
+	lead = appendJSONString(lead, rv)
+	if !bytes.HasPrefix(meta, lead) {
+		return TableBookmark{}, malformed("table bookmark metadata does not start with resourceVersion %q: %.80s", rv, meta)
+	}
+	rest := meta[len(lead) : len(meta)-1]
+	rest = bytes.TrimSuffix(rest, []byte(initialEventsEndMember))
+	if bytes.Contains(rest, []byte(`"annotations"`)) {
+		return TableBookmark{}, malformed("table bookmark metadata with other annotations: %.80s", meta)
+	}
+	return TableBookmark{
+		Head: bytes.Clone(row[:offsetIn(row, object)]),
+		Meta: bytes.Clone(rest),
+	}, nil
+}
+
+// AppendTableBookmarkRow appends b's row at resourceVersion rv: its object
+// a PartialObjectMetadata in meta.k8s.io/groupVersion carrying rv (and,
+// when initialEventsEnd, the k8s.io/initial-events-end annotation), or
+// null when object is false.
+func AppendTableBookmarkRow(dst []byte, b TableBookmark, groupVersion, rv string, object, initialEventsEnd bool) []byte {
+	dst = append(dst, b.Head...)
+	if !object {
+		dst = append(dst, "null"...)
+		return append(dst, '}')
+	}
+	dst = append(dst, bookmarkObjectPrefix...)
+	dst = append(dst, groupVersion...)
+	dst = append(dst, `","metadata":{"resourceVersion":`...)
+	dst = appendJSONString(dst, rv)
+	dst = append(dst, b.Meta...)
+	if initialEventsEnd {
+		dst = append(dst, initialEventsEndMember...)
+	}
+	return append(dst, "}}}"...)
+}

@@ -155,3 +155,62 @@ func TestTableWatchEventMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestTableBookmark: a Table BOOKMARK's row, learned from one the
+// apiserver sent at one resourceVersion, is written again at another as
+// the apiserver writes it: periodic bookmarks with a PartialObjectMetadata
+// or a null object, the initial-events-end bookmark with its annotation,
+// in either meta.k8s.io version. Rows as a v1.37 apiserver sent them.
+func TestTableBookmark(t *testing.T) {
+	const (
+		cells    = `{"cells":["",0,"\u003cunknown\u003e"],"object":`
+		periodic = cells + `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"226"}}}`
+		end      = cells + `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"220","annotations":{"k8s.io/initial-events-end":"true"}}}}`
+	)
+	tests := []struct {
+		name             string
+		row, rv          string
+		groupVersion     string
+		object, endEvent bool
+		want             string
+	}{
+		{"periodic to end", periodic, "226", "v1", true, true, `{"cells":["",0,"\u003cunknown\u003e"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7","annotations":{"k8s.io/initial-events-end":"true"}}}}`},
+		{"end to periodic", end, "220", "v1", true, false, `{"cells":["",0,"\u003cunknown\u003e"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7"}}}`},
+		{"v1beta1", end, "220", "v1beta1", true, false, `{"cells":["",0,"\u003cunknown\u003e"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1beta1","metadata":{"resourceVersion":"7"}}}`},
+		{"no object", end, "220", "v1", false, false, `{"cells":["",0,"\u003cunknown\u003e"],"object":null}`},
+		{"creationTimestamp kept", `{"cells":["x"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"3","creationTimestamp":null}}}`, "3", "v1", true, true, `{"cells":["x"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7","creationTimestamp":null,"annotations":{"k8s.io/initial-events-end":"true"}}}}`},
+		{"whole object", `{"cells":["","0/0"],"conditions":[],"object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"3"},"spec":{"containers":null},"status":{}}}`, "3", "v1", true, false, `{"cells":["","0/0"],"conditions":[],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"7"}}}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := ParseTableBookmark([]byte(tc.row), tc.rv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := AppendTableBookmarkRow(nil, b, tc.groupVersion, "7", tc.object, tc.endEvent)
+			if diff := cmp.Diff(tc.want, string(got)); diff != "" {
+				t.Errorf("row (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestTableBookmarkMalformed: a row that is not a bookmark's at the given
+// resourceVersion is not learned.
+func TestTableBookmarkMalformed(t *testing.T) {
+	tests := []struct{ name, row, rv string }{
+		{"null object", `{"cells":[""],"object":null}`, "3"},
+		{"no object", `{"cells":[""]}`, "3"},
+		{"other resourceVersion", `{"cells":[""],"object":{"metadata":{"resourceVersion":"4"}}}`, "3"},
+		{"a name", `{"cells":[""],"object":{"metadata":{"name":"a","resourceVersion":"3"}}}`, "3"},
+		{"other annotations", `{"cells":[""],"object":{"metadata":{"resourceVersion":"3","annotations":{"a":"b"}}}}`, "3"},
+		{"member after the object", `{"cells":[""],"object":{"metadata":{"resourceVersion":"3"}},"x":1}`, "3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if b, err := ParseTableBookmark([]byte(tc.row), tc.rv); err == nil {
+				t.Errorf("learned %+v, want an error", b)
+			}
+		})
+	}
+}
