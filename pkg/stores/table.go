@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,10 @@ type TableHead struct {
 	Columns *TableColumns
 	// NullRows: the apiserver writes an empty Table's rows as null.
 	NullRows bool
+	// Bookmark is the row of a Table BOOKMARK under Columns, learned from
+	// the apiserver; nil until one was seen (Table watches with bookmarks
+	// pass through until then).
+	Bookmark *wire.TableBookmark
 }
 
 // TableRow is the Extra of a Table store's entry.
@@ -99,6 +104,7 @@ func (t *tableFeed) setColumns(cols []byte) bool {
 	if old != nil && old.Columns != nil && bytes.Equal(old.Columns.JSON, cols) {
 		return false
 	}
+	// A bookmark's row was rendered under the old columns: it goes.
 	next := TableHead{Columns: &TableColumns{JSON: bytes.Clone(cols)}}
 	if old != nil {
 		next.NullRows = old.NullRows
@@ -112,9 +118,33 @@ func (t *tableFeed) setNullRows(null bool) {
 	defer t.mu.Unlock()
 	next := TableHead{NullRows: null}
 	if old := t.head.Load(); old != nil {
-		next.Columns = old.Columns
+		next.Columns, next.Bookmark = old.Columns, old.Bookmark
 	}
 	t.head.Store(&next)
+}
+
+// learnBookmark keeps the row of a BOOKMARK at rv, rendered under cols, as
+// the current columns' bookmark row. A row under other columns than the
+// current ones, or one that is not a bookmark's (wire.ParseTableBookmark),
+// is not kept.
+func (t *tableFeed) learnBookmark(row []byte, rv string, cols *TableColumns) error {
+	b, err := wire.ParseTableBookmark(row, rv)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.head.Load()
+	if old == nil || old.Columns == nil || old.Columns != cols {
+		return nil
+	}
+	if old.Bookmark != nil && bytes.Equal(old.Bookmark.Head, b.Head) && bytes.Equal(old.Bookmark.Meta, b.Meta) {
+		return nil
+	}
+	next := *old
+	next.Bookmark = &b
+	t.head.Store(&next)
+	return nil
 }
 
 // errColumnsNotYet fails a list or watch whose Table columns are not the
@@ -177,8 +207,54 @@ func (s *apiSource) listTable(ctx context.Context, q url.Values, continueToken s
 			return env, err
 		}
 		s.table.setNullRows(null)
+		if err := s.learnTableBookmark(ctx, env.ListMeta.ResourceVersion); err != nil {
+			// Learned later from the feed's own bookmarks.
+			klog.V(2).InfoS("Table bookmark row not learned at list", "path", s.path, "err", err)
+		}
 	}
 	return env, nil
+}
+
+// tableBookmarkWait bounds the watch-list learnTableBookmark sends. Not
+// measured: its end bookmark comes at once where the apiserver serves
+// watch-lists.
+const tableBookmarkWait = 5 * time.Second
+
+// learnTableBookmark asks the apiserver for the row of a Table BOOKMARK:
+// the end bookmark of a Table watch-list from rv that selects no object.
+// An apiserver that refuses watch-lists (its WatchList feature off) gives
+// none; the feed's periodic bookmarks teach it later.
+func (s *apiSource) learnTableBookmark(ctx context.Context, rv string) error {
+	ctx, cancel := context.WithTimeout(ctx, tableBookmarkWait)
+	defer cancel()
+	cols := s.table.columns()
+	q := url.Values{
+		"watch":                {"true"},
+		"sendInitialEvents":    {"true"},
+		"allowWatchBookmarks":  {"true"},
+		"resourceVersion":      {rv},
+		"resourceVersionMatch": {"NotOlderThan"},
+		"fieldSelector":        {fields.OneTermEqualSelector("metadata.name", impossibleName).String()},
+		"includeObject":        {"Metadata"},
+		"timeoutSeconds":       {strconv.Itoa(int(tableBookmarkWait / time.Second))},
+	}
+	resp, err := s.do(ctx, q, s.format.WatchAccept()) //nolint:bodyclose // closed by the decoder
+	if err != nil {
+		return err
+	}
+	dec := wire.NewWatchDecoder(wire.Table, resp.Body, wire.WatchOptions{})
+	defer dec.Close()
+	ev, err := dec.Next()
+	if err != nil {
+		return err
+	}
+	if ev.Type != wire.Bookmark {
+		return fmt.Errorf("a %s event, not the initial events' end bookmark", ev.Type)
+	}
+	if ev.Columns != nil && (cols == nil || !bytes.Equal(ev.Columns, cols.JSON)) {
+		return errors.New("the bookmark's columns are not the list's")
+	}
+	return s.table.learnBookmark(ev.Object, ev.ResourceVersion, cols)
 }
 
 // impossibleName is a name no object can have ("/" is not allowed in any
@@ -224,6 +300,11 @@ func (w tableWatch) Next() (snapshot.WatchEvent, error) {
 		}
 		if w.table.setColumns(ev.Columns) {
 			return snapshot.WatchEvent{}, errColumnsChanged
+		}
+	}
+	if ev.Type == wire.Bookmark {
+		if err := w.table.learnBookmark(ev.Object, ev.ResourceVersion, w.table.columns()); err != nil {
+			klog.V(2).InfoS("Table bookmark row not learned", "err", err)
 		}
 	}
 	return snapshot.WatchEvent{Type: snapshot.EventType(ev.Type), Object: ev.Object, ResourceVersion: ev.ResourceVersion}, nil

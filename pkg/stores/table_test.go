@@ -6,6 +6,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -109,6 +111,45 @@ func TestTableColumnsOfTheCRD(t *testing.T) {
 			feed := &tableFeed{columnNames: tc.expect}
 			if err := feed.checkColumns(tc.columns); (err != nil) != tc.wantErr {
 				t.Errorf("checkColumns = %v, want error %v", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestTableWatchLearnsBookmark: a Table feed keeps the row of the
+// apiserver's BOOKMARK under the current columns, and forgets it when
+// the columns change (its row was rendered under the old ones).
+func TestTableWatchLearnsBookmark(t *testing.T) {
+	const cols = `[{"name":"Name","type":"string"}]`
+	bookmark := func(rv, metadata string) string {
+		return `{"type":"BOOKMARK","object":{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"` + rv + `"},"columnDefinitions":null,"rows":[{"cells":["",0],"object":{"kind":"ConfigMap","apiVersion":"v1","metadata":` + metadata + `}}]}}` + "\n"
+	}
+	tests := []struct {
+		name string
+		body string
+		want *wire.TableBookmark
+	}{
+		{"periodic", bookmark("9", `{"resourceVersion":"9","creationTimestamp":null}`), &wire.TableBookmark{Head: []byte(`{"cells":["",0],"object":`), Meta: []byte(`,"creationTimestamp":null`)}},
+		{"not a bookmark's row", bookmark("9", `{"resourceVersion":"8"}`), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			feed := &tableFeed{}
+			feed.setColumns([]byte(cols))
+			w := tableWatch{watchAdapter: watchAdapter{wire.NewWatchDecoder(wire.Table, io.NopCloser(bytes.NewReader([]byte(tc.body))), wire.WatchOptions{})}, table: feed}
+			if _, err := w.Next(); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, feed.head.Load().Bookmark); diff != "" {
+				t.Errorf("bookmark row (-want +got):\n%s", diff)
+			}
+			feed.setNullRows(true)
+			if diff := cmp.Diff(tc.want, feed.head.Load().Bookmark); diff != "" {
+				t.Errorf("bookmark row after setNullRows (-want +got):\n%s", diff)
+			}
+			feed.setColumns([]byte(`[]`))
+			if got := feed.head.Load().Bookmark; got != nil {
+				t.Errorf("bookmark row under new columns = %+v, want none", got)
 			}
 		})
 	}
