@@ -106,7 +106,7 @@ func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
 			h.srv.PassedThrough(resource, ReasonNotSynced)
 			return false
 		}
-		t.Table = &TableTarget{GroupVersion: req.Table.GroupVersion, Include: req.Table.Include, Columns: head.Columns}
+		t.Table = &TableTarget{GroupVersion: req.Table.GroupVersion, Include: req.Table.Include, Columns: head.Columns, Bookmark: head.Bookmark}
 	}
 	served, reason := h.srv.Serve(w, r, d, t)
 	if !served {

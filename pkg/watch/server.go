@@ -120,9 +120,9 @@ type Target struct {
 // TableTarget is what a watch of Table rows needs (kubectl get -w): each
 // event is a Table of one row, rendered when it is written; the first
 // carries the columns, the others null, as the apiserver writes them for
-// one watcher. Only watches from a resourceVersion without bookmarks are
-// served (what kubectl sends): a bookmark's row is the apiserver's
-// rendering of an empty object, which listproxy does not hold.
+// one watcher. A BOOKMARK's row is the apiserver's rendering of an empty
+// object, learned from the apiserver (Bookmark): a watch with bookmarks is
+// served only once it is known.
 type TableTarget struct {
 	// GroupVersion is the Table's meta.k8s.io version.
 	GroupVersion string
@@ -132,11 +132,18 @@ type TableTarget struct {
 	// rendered under others ends the watch (the store is relisting under
 	// new columns).
 	Columns *stores.TableColumns
+	// Bookmark is the row of a BOOKMARK under Columns; nil when not known.
+	Bookmark *wire.TableBookmark
 }
 
-// ReasonTableWatch is why a watch of Table rows passes through when it is
-// not a plain watch from a resourceVersion without bookmarks.
+// ReasonTableWatch is why a watch of Table rows with bookmarks passes
+// through: the row of the resource's bookmark is not known yet.
 const ReasonTableWatch = "table_watch"
+
+// ReasonTableColumns is why a Table watch-list passes through when its
+// snapshot holds a row rendered under other columns than the resource's
+// latest.
+const ReasonTableColumns = "table_columns"
 
 // Server serves watches from snapshot stores.
 type Server struct {
@@ -192,7 +199,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 		return false, "legacy_initial_events"
 	}
 	if t.Table != nil {
-		if d.Action != From || d.Bookmarks {
+		if d.Bookmarks && t.Table.Bookmark == nil {
 			return false, ReasonTableWatch
 		}
 	} else if _, err := bookmarkItem(t.Format, t.Type, 1, true); err != nil {
@@ -270,6 +277,9 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 				slot()
 			}
 		}()
+		if t.Table != nil && !sameColumns(items, t.Table.Columns) {
+			return false, ReasonTableColumns
+		}
 	}
 	cursor, err := t.Store.Subscribe(rv)
 	if err != nil {
@@ -312,6 +322,17 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	wr.close(reason == EndTooSlow || wr.err != nil)
 	m.ended(labels, reason)
 	return true, d.Reason
+}
+
+// sameColumns reports whether every item's Table row was rendered under
+// cols.
+func sameColumns(items []*snapshot.Entry, cols *stores.TableColumns) bool {
+	for _, e := range items {
+		if row, ok := e.Extra.(*stores.TableRow); !ok || row.Columns != cols {
+			return false
+		}
+	}
+	return true
 }
 
 // admitInitial selects the objects of snap that t's initial events carry

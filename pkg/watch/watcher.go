@@ -15,6 +15,7 @@ import (
 	"github.com/listproxy/listproxy/pkg/gzstitch"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -68,7 +69,7 @@ func (e *endError) Error() string { return "watch ended: " + e.reason }
 // bookmarks) the BOOKMARK ending the initial events. Between bursts it
 // stops when the watch must end (interrupted).
 func (w *watcher) sendInitial(ctx context.Context, items []*snapshot.Entry, rv uint64) error {
-	if w.wr.gzip {
+	if w.wr.gzip && w.t.Table == nil {
 		return w.sendInitialGzip(ctx, items, rv)
 	}
 	// One burst buffer serves all the initial events, rather than one
@@ -89,7 +90,11 @@ func (w *watcher) sendInitial(ctx context.Context, items []*snapshot.Entry, rv u
 	}
 	var sent, added int
 	for _, e := range items {
-		w.wr.event(wire.Added, e.Raw)
+		if w.t.Table != nil {
+			w.tableEvent(wire.Added, e, 0, false)
+		} else {
+			w.wr.event(wire.Added, e.Raw)
+		}
 		added++
 		if len(w.wr.buf) >= burstBytes {
 			sent += len(w.wr.buf)
@@ -261,11 +266,15 @@ func bookmarkItem(f wire.Format, typ wire.ObjectType, rv uint64, initialEventsEn
 
 // bookmark queues a BOOKMARK at rv.
 func (w *watcher) bookmark(rv uint64, initialEventsEnd bool) error {
-	item, err := bookmarkItem(w.t.Format, w.t.Type, rv, initialEventsEnd)
-	if err != nil {
-		return err // unreachable: checked before the response started
+	if w.t.Table != nil {
+		w.tableBookmark(rv, initialEventsEnd)
+	} else {
+		item, err := bookmarkItem(w.t.Format, w.t.Type, rv, initialEventsEnd)
+		if err != nil {
+			return err // unreachable: checked before the response started
+		}
+		w.wr.event(wire.Bookmark, item)
 	}
-	w.wr.event(wire.Bookmark, item)
 	w.metrics.event(w.labels, wire.Bookmark)
 	w.bookmarkRV = max(w.bookmarkRV, rv)
 	return nil
@@ -558,6 +567,25 @@ func (w *watcher) tableEvent(typ wire.EventType, e *snapshot.Entry, rv uint64, a
 	}
 	w.wr.raw(func(dst []byte) []byte {
 		return wire.AppendTableWatchEvent(dst, typ, tt.GroupVersion, strconv.FormatUint(eventRV, 10), columns, rendered)
+	})
+}
+
+// tableBookmark queues the Table BOOKMARK at rv: the row the apiserver
+// renders for an empty object (TableTarget.Bookmark), its object the
+// PartialObjectMetadata carrying rv, or null for includeObject=None but
+// on the initial events' end bookmark, which the apiserver always sends
+// with its annotated object.
+func (w *watcher) tableBookmark(rv uint64, initialEventsEnd bool) {
+	tt := w.t.Table
+	rvs := strconv.FormatUint(rv, 10)
+	object := tt.Include != table.IncludeNone || initialEventsEnd
+	var columns []byte
+	if !w.tableHeaderSent {
+		columns, w.tableHeaderSent = tt.Columns.JSON, true
+	}
+	w.wr.raw(func(dst []byte) []byte {
+		row := wire.AppendTableBookmarkRow(nil, *tt.Bookmark, tt.GroupVersion, rvs, object, initialEventsEnd)
+		return wire.AppendTableWatchEvent(dst, wire.Bookmark, tt.GroupVersion, rvs, columns, row)
 	})
 }
 
