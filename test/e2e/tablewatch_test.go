@@ -20,10 +20,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/test/framework"
+	"github.com/listproxy/listproxy/test/framework/binaries"
 )
+
+// tableWatchNS is the namespace of TestTableWatchDifferential.
+const tableWatchNS = "tablewatch"
 
 // tableEvent is one event of a Table watch, decoded for comparison: the
 // row's object and non-clock cells as raw bytes.
@@ -100,7 +105,7 @@ func TestTableWatchDifferential(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const ns = "tablewatch"
+	const ns = tableWatchNS
 	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -210,42 +215,11 @@ func TestTableWatchDifferential(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			got, gotRaw := readTableEvents(t, p.lp, p.events)
 			want, wantRaw := readTableEvents(t, p.api, p.events)
-			for i := range want {
-				g, w := got[i], want[i]
-				where := fmt.Sprintf("event %d\nlistproxy: %s\napiserver: %s", i, gotRaw[i], wantRaw[i])
-				if g.Type != w.Type || g.Object.Kind != w.Object.Kind || g.Object.APIVersion != w.Object.APIVersion || !bytes.Equal(g.Object.Metadata, w.Object.Metadata) {
-					t.Fatalf("type, kind, apiVersion or metadata differ, %s", where)
-				}
-				if !bytes.Equal(g.Object.Columns, w.Object.Columns) {
-					t.Fatalf("columnDefinitions differ, %s", where)
-				}
-				if (i == 0) == bytes.Equal(w.Object.Columns, []byte("null")) {
-					t.Fatalf("the apiserver's columns: want them on the first event only, %s", where)
-				}
-				if len(g.Object.Rows) != 1 || len(w.Object.Rows) != 1 {
-					t.Fatalf("want one row per event, %s", where)
-				}
-				gr, wr := g.Object.Rows[0], w.Object.Rows[0]
-				if !bytes.Equal(gr.Object, wr.Object) || !bytes.Equal(gr.Conditions, wr.Conditions) || len(gr.Cells) != len(wr.Cells) {
-					t.Fatalf("row object, conditions or cell count differ, %s", where)
-				}
-				for c := range wr.Cells {
-					if bytes.Equal(gr.Cells[c], wr.Cells[c]) {
-						continue
-					}
-					gm, wm := ageCell.FindSubmatch(gr.Cells[c]), ageCell.FindSubmatch(wr.Cells[c])
-					if gm == nil || wm == nil {
-						t.Fatalf("cell %d differs, %s", c, where)
-					}
-					gs, _ := strconv.Atoi(string(gm[1]))
-					ws, _ := strconv.Atoi(string(wm[1]))
-					if gs-ws > 1 || ws-gs > 1 {
-						t.Fatalf("age cell %d: %ss through listproxy, %ss from the apiserver: more than the second between them, %s", c, gm[1], wm[1], where)
-					}
-				}
-			}
+			compareTableEvents(t, got, want, gotRaw, wantRaw)
 		})
 	}
+
+	t.Run("bookmarks", func(t *testing.T) { checkTableWatchBookmarks(ctx, t, cs, lp, lpc, apic, cmPath) })
 
 	// kubectl get -w itself: its Table LIST and its Table watch from the
 	// list's resourceVersion are served from snapshots, and it prints a
@@ -310,4 +284,203 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// checkTableWatchBookmarks: Table watch-lists (consistent, from
+// resourceVersion 0, with includeObject=None, in meta.k8s.io/v1beta1) and
+// a Table watch from N with bookmarks equal the apiserver's: the ADDED
+// events in its order, the columns on the first event only, the end
+// bookmark with its k8s.io/initial-events-end annotation (whose object the
+// apiserver sends also for includeObject=None), the bookmark before the
+// deadline with the row of an empty object. Where the apiserver serves
+// watch-lists they are served from snapshots; elsewhere (its WatchList
+// feature off) the store has not learned the bookmark row at start and
+// they pass through.
+func checkTableWatchBookmarks(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, lp *framework.Listproxy, lpc, apic rawClient, path string) {
+	v, err := binaries.KubeVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minor, err := strconv.Atoi(strings.Split(v, ".")[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchLists, _, _ := releaseGates(minor)
+	wantFrom := httpapi.SourceSnapshot
+	if !watchLists {
+		wantFrom = httpapi.SourceAPIServer
+	}
+	before := framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_watch_passed_through_total", `reason="table_watch"`)
+	list := url.Values{"watch": {"true"}, "sendInitialEvents": {"true"}, "allowWatchBookmarks": {"true"}, "resourceVersionMatch": {"NotOlderThan"}, "timeoutSeconds": {"5"}}
+	with := func(q url.Values, kv ...string) url.Values {
+		q2 := url.Values{}
+		for k, v := range q {
+			q2[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			q2.Set(kv[i], kv[i+1])
+		}
+		return q2
+	}
+	n := len(tableWatchObjects(ctx, t, cs))
+	v1beta1 := "application/json;as=Table;v=v1beta1;g=meta.k8s.io"
+	cases := []struct {
+		name   string
+		accept string
+		q      url.Values
+	}{
+		{"watch_list_consistent", kubectlTableAccept, list},
+		{"watch_list_none", kubectlTableAccept, with(list, "includeObject", "None")},
+		{"watch_list_v1beta1", v1beta1, with(list, "includeObject", "Metadata")},
+	}
+	if watchLists {
+		cases = append(cases, struct {
+			name   string
+			accept string
+			q      url.Values
+		}{"watch_list_rv_0", kubectlTableAccept, url.Values{"watch": {"true"}, "resourceVersion": {"0"}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"5"}}})
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			lpr, hdr := openTableWatch(wctx, t, lpc, path, tc.accept, tc.q)
+			if got := hdr.Get(httpapi.HeaderServedFrom); got != wantFrom {
+				t.Fatalf("served from %q, want %q", got, wantFrom)
+			}
+			if !watchLists {
+				return // the apiserver's own answer, passed through
+			}
+			apir, _ := openTableWatch(wctx, t, apic, path, tc.accept, tc.q)
+			got, gotRaw := readTableEvents(t, lpr, n+1)
+			want, wantRaw := readTableEvents(t, apir, n+1)
+			// The end bookmarks' resourceVersions are each server's
+			// (consistent: proven by each on its own).
+			end := n
+			if want[end].Type != "BOOKMARK" || !bytes.Contains(wantRaw[end], []byte(`"annotations":{"k8s.io/initial-events-end":"true"}`)) {
+				t.Fatalf("the apiserver's event %d: want the end bookmark: %s", end, wantRaw[end])
+			}
+			gotRaw[end] = sameBookmarkRV(t, gotRaw[end], wantRaw[end])
+			got[end] = decodeTableEvent(t, gotRaw[end])
+			compareTableEvents(t, got, want, gotRaw, wantRaw)
+		})
+	}
+	t.Run("watch_from_rv", func(t *testing.T) {
+		_, _, body, err := apic.get(ctx, path, url.Values{"limit": {"1"}}, "application/json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l struct {
+			Metadata struct{ ResourceVersion string } `json:"metadata"`
+		}
+		if err := json.Unmarshal(body, &l); err != nil {
+			t.Fatal(err)
+		}
+		q := url.Values{"watch": {"true"}, "resourceVersion": {l.Metadata.ResourceVersion}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"4"}}
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		lpr, hdr := openTableWatch(wctx, t, lpc, path, kubectlTableAccept, q)
+		if got := hdr.Get(httpapi.HeaderServedFrom); got != wantFrom {
+			t.Fatalf("served from %q, want %q", got, wantFrom)
+		}
+		apir, _ := openTableWatch(wctx, t, apic, path, kubectlTableAccept, q)
+		// One change, then the bookmark before the deadline (2 s in).
+		if _, err := cs.CoreV1().ConfigMaps(tableWatchNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-bookmark"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, gotRaw := readTableEvents(t, lpr, 2)
+		want, wantRaw := readTableEvents(t, apir, 2)
+		if want[1].Type != "BOOKMARK" {
+			t.Fatalf("the apiserver's second event: want a bookmark: %s", wantRaw[1])
+		}
+		gotRaw[1] = sameBookmarkRV(t, gotRaw[1], wantRaw[1])
+		got[1] = decodeTableEvent(t, gotRaw[1])
+		compareTableEvents(t, got, want, gotRaw, wantRaw)
+	})
+	after := framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_watch_passed_through_total", `reason="table_watch"`)
+	if watchLists && after != before {
+		t.Errorf("Table watches with bookmarks passed through (table_watch): %v, want none", after-before)
+	}
+}
+
+// tableWatchObjects lists the objects of the test's configmaps.
+func tableWatchObjects(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) []corev1.ConfigMap {
+	t.Helper()
+	l, err := cs.CoreV1().ConfigMaps(tableWatchNS).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+// bookmarkRV matches a Table bookmark's resourceVersions.
+var bookmarkRV = regexp.MustCompile(`"resourceVersion":"[0-9]+"`)
+
+// sameBookmarkRV returns got, a Table BOOKMARK, with the resourceVersion
+// of want, checking that it carries one resourceVersion throughout and
+// that it is not older than want's first event's.
+func sameBookmarkRV(t *testing.T, got, want []byte) []byte {
+	t.Helper()
+	rvs := bookmarkRV.FindAll(got, -1)
+	wantRV := bookmarkRV.Find(want)
+	for _, rv := range rvs {
+		if !bytes.Equal(rv, rvs[0]) {
+			t.Fatalf("bookmark with resourceVersions %s and %s: %s", rvs[0], rv, got)
+		}
+	}
+	if len(rvs) == 0 || wantRV == nil {
+		t.Fatalf("bookmarks without a resourceVersion:\nlistproxy: %s\napiserver: %s", got, want)
+	}
+	return bookmarkRV.ReplaceAll(got, wantRV)
+}
+
+func decodeTableEvent(t *testing.T, line []byte) tableEvent {
+	t.Helper()
+	var ev tableEvent
+	if err := json.Unmarshal(line, &ev); err != nil {
+		t.Fatalf("event %q: %v", line, err)
+	}
+	return ev
+}
+
+// compareTableEvents compares Table watch events through listproxy (got)
+// with the apiserver's (want): type, kind, apiVersion, metadata, the
+// columns on the first event only, each row's object, conditions and
+// cells, Age cells within the second between the two renders.
+func compareTableEvents(t *testing.T, got, want []tableEvent, gotRaw, wantRaw [][]byte) {
+	t.Helper()
+	for i := range want {
+		g, w := got[i], want[i]
+		where := fmt.Sprintf("event %d\nlistproxy: %s\napiserver: %s", i, gotRaw[i], wantRaw[i])
+		if g.Type != w.Type || g.Object.Kind != w.Object.Kind || g.Object.APIVersion != w.Object.APIVersion || !bytes.Equal(g.Object.Metadata, w.Object.Metadata) {
+			t.Fatalf("type, kind, apiVersion or metadata differ, %s", where)
+		}
+		if !bytes.Equal(g.Object.Columns, w.Object.Columns) {
+			t.Fatalf("columnDefinitions differ, %s", where)
+		}
+		if (i == 0) == bytes.Equal(w.Object.Columns, []byte("null")) {
+			t.Fatalf("the apiserver's columns: want them on the first event only, %s", where)
+		}
+		if len(g.Object.Rows) != 1 || len(w.Object.Rows) != 1 {
+			t.Fatalf("want one row per event, %s", where)
+		}
+		gr, wr := g.Object.Rows[0], w.Object.Rows[0]
+		if !bytes.Equal(gr.Object, wr.Object) || !bytes.Equal(gr.Conditions, wr.Conditions) || len(gr.Cells) != len(wr.Cells) {
+			t.Fatalf("row object, conditions or cell count differ, %s", where)
+		}
+		for c := range wr.Cells {
+			if bytes.Equal(gr.Cells[c], wr.Cells[c]) {
+				continue
+			}
+			gm, wm := ageCell.FindSubmatch(gr.Cells[c]), ageCell.FindSubmatch(wr.Cells[c])
+			if gm == nil || wm == nil {
+				t.Fatalf("cell %d differs, %s", c, where)
+			}
+			gs, _ := strconv.Atoi(string(gm[1]))
+			ws, _ := strconv.Atoi(string(wm[1]))
+			if gs-ws > 1 || ws-gs > 1 {
+				t.Fatalf("age cell %d: %ss through listproxy, %ss from the apiserver: more than the second between them, %s", c, gm[1], wm[1], where)
+			}
+		}
+	}
 }
