@@ -360,7 +360,7 @@ func checkTableWatchBookmarks(ctx context.Context, t *testing.T, cs *kubernetes.
 			if want[end].Type != "BOOKMARK" || !bytes.Contains(wantRaw[end], []byte(`"annotations":{"k8s.io/initial-events-end":"true"}`)) {
 				t.Fatalf("the apiserver's event %d: want the end bookmark: %s", end, wantRaw[end])
 			}
-			gotRaw[end] = sameBookmarkRV(t, gotRaw[end], wantRaw[end])
+			gotRaw[end] = sameBookmarkRV(t, gotRaw[end], wantRaw[end], maxRVEvent(gotRaw[:end]))
 			got[end] = decodeTableEvent(t, gotRaw[end])
 			compareTableEvents(t, got, want, gotRaw, wantRaw)
 		})
@@ -393,7 +393,7 @@ func checkTableWatchBookmarks(ctx context.Context, t *testing.T, cs *kubernetes.
 		if want[1].Type != "BOOKMARK" {
 			t.Fatalf("the apiserver's second event: want a bookmark: %s", wantRaw[1])
 		}
-		gotRaw[1] = sameBookmarkRV(t, gotRaw[1], wantRaw[1])
+		gotRaw[1] = sameBookmarkRV(t, gotRaw[1], wantRaw[1], gotRaw[0])
 		got[1] = decodeTableEvent(t, gotRaw[1])
 		compareTableEvents(t, got, want, gotRaw, wantRaw)
 	})
@@ -416,22 +416,55 @@ func tableWatchObjects(ctx context.Context, t *testing.T, cs *kubernetes.Clients
 // bookmarkRV matches a Table bookmark's resourceVersions.
 var bookmarkRV = regexp.MustCompile(`"resourceVersion":"[0-9]+"`)
 
-// sameBookmarkRV returns got, a Table BOOKMARK, with the resourceVersion
-// of want, checking that it carries one resourceVersion throughout and
-// that it is not older than want's first event's.
-func sameBookmarkRV(t *testing.T, got, want []byte) []byte {
+// sameBookmarkRV returns got, a Table BOOKMARK following the event
+// before, with the resourceVersion of want, checking that it carries one
+// resourceVersion throughout, not older than before's.
+func sameBookmarkRV(t *testing.T, got, want, before []byte) []byte {
 	t.Helper()
 	rvs := bookmarkRV.FindAll(got, -1)
 	wantRV := bookmarkRV.Find(want)
+	if len(rvs) == 0 || wantRV == nil {
+		t.Fatalf("bookmarks without a resourceVersion:\nlistproxy: %s\napiserver: %s", got, want)
+	}
 	for _, rv := range rvs {
 		if !bytes.Equal(rv, rvs[0]) {
 			t.Fatalf("bookmark with resourceVersions %s and %s: %s", rvs[0], rv, got)
 		}
 	}
-	if len(rvs) == 0 || wantRV == nil {
-		t.Fatalf("bookmarks without a resourceVersion:\nlistproxy: %s\napiserver: %s", got, want)
+	if before != nil {
+		if rv, prev := rvNumber(t, rvs[0]), rvNumber(t, bookmarkRV.Find(before)); rv < prev {
+			t.Fatalf("bookmark at resourceVersion %d, before the event before it (%d): %s", rv, prev, got)
+		}
 	}
 	return bookmarkRV.ReplaceAll(got, wantRV)
+}
+
+// rvNumber reads a bookmarkRV match.
+func rvNumber(t *testing.T, m []byte) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(strings.Trim(strings.TrimPrefix(string(m), `"resourceVersion":`), `"`), 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %s: %v", m, err)
+	}
+	return n
+}
+
+// maxRVEvent returns the event of events with the largest
+// resourceVersion; nil when there are none.
+func maxRVEvent(events [][]byte) []byte {
+	var best []byte
+	var bestRV uint64
+	for _, ev := range events {
+		m := bookmarkRV.Find(ev)
+		if m == nil {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.Trim(strings.TrimPrefix(string(m), `"resourceVersion":`), `"`), 10, 64)
+		if err == nil && (best == nil || n > bestRV) {
+			best, bestRV = ev, n
+		}
+	}
+	return best
 }
 
 func decodeTableEvent(t *testing.T, line []byte) tableEvent {
