@@ -178,6 +178,10 @@ type diffStats struct {
 	byMode                                                [numRVModes]atomic.Int64 // requests served from snapshots
 }
 
+// diffCheckers is how many requests TestDifferentialAgainstAPIServer has in
+// flight at once.
+const diffCheckers = 4
+
 func TestDifferentialAgainstAPIServer(t *testing.T) {
 	requests := 2000
 	if s := os.Getenv("LISTPROXY_DIFF_REQUESTS"); s != "" {
@@ -205,26 +209,48 @@ func TestDifferentialAgainstAPIServer(t *testing.T) {
 		}()
 	}
 
-	rng := rand.New(rand.NewPCG(42, 1))
 	tgts := targets(w.namespaces)
 	warmUp(ctx, t, lpc, tgts)
 	var stats diffStats
-	var failures []string
-	var recentRVs []uint64
+	// Checkers send the requests concurrently, each with its own random
+	// sequence; they share the resourceVersions recently served.
+	var (
+		mu        sync.Mutex
+		failures  []string
+		recentRVs []uint64
+		next      atomic.Int64
+		checkers  sync.WaitGroup
+	)
 	start := time.Now()
-	for i := 0; i < requests && len(failures) < 10; i++ {
-		req := randomRequest(rng, tgts, recentRVs)
-		rv, failure := checkRequest(ctx, t, lpc, apic, req, &stats)
-		if failure != "" {
-			failures = append(failures, fmt.Sprintf("request %d %s: %s", i, req, failure))
-		}
-		if rv > 0 {
-			recentRVs = append(recentRVs, rv)
-			if len(recentRVs) > 50 {
-				recentRVs = recentRVs[1:]
+	for c := range diffCheckers {
+		checkers.Go(func() {
+			rng := rand.New(rand.NewPCG(42, uint64(c)))
+			for {
+				i := next.Add(1) - 1
+				mu.Lock()
+				done := i >= int64(requests) || len(failures) >= 10
+				rvs := append([]uint64(nil), recentRVs...)
+				mu.Unlock()
+				if done {
+					return
+				}
+				req := randomRequest(rng, tgts, rvs)
+				rv, failure := checkRequest(ctx, t, lpc, apic, req, &stats)
+				mu.Lock()
+				if failure != "" {
+					failures = append(failures, fmt.Sprintf("request %d %s: %s", i, req, failure))
+				}
+				if rv > 0 {
+					recentRVs = append(recentRVs, rv)
+					if len(recentRVs) > 50 {
+						recentRVs = recentRVs[1:]
+					}
+				}
+				mu.Unlock()
 			}
-		}
+		})
 	}
+	checkers.Wait()
 	cancel()
 	writers.Wait()
 	t.Logf("%d requests in %v: %d served from snapshots, %d passed through; %d pages compared, %d full walks; %d writes meanwhile",
