@@ -102,8 +102,8 @@ const (
 	linWriterRate   = 14  // writes per second per writer: 70/s total, ≥ 50/s required
 	linMinRate      = 50
 	linReaders      = 3
-	linDefaultSoak  = 60 * time.Second
-	linMinSnapshotP = 99 // percent of LISTs answered from snapshots
+	linDefaultSoak  = 30 * time.Second // LISTPROXY_SOAK_DURATION runs longer
+	linMinSnapshotP = 99               // percent of LISTs answered from snapshots
 )
 
 // linModes are the LISTs readers send, round robin; every one is consistent
