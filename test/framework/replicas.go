@@ -151,12 +151,19 @@ type ReplicaSet struct {
 // chart's replicas warm from their Service) in dir, waiting until each is
 // ready. Stop ends them.
 func StartReplicaSet(ctx context.Context, cp *ControlPlane, dir string, n int, args ...string) (*ReplicaSet, error) {
+	return StartReplicaSetAt(ctx, cp, "", dir, n, args...)
+}
+
+// StartReplicaSetAt is StartReplicaSet with the replicas' upstream at
+// serverURL (an HA control plane's balancer, whose serving certificate is
+// cp's); "" is cp's own kube-apiserver.
+func StartReplicaSetAt(ctx context.Context, cp *ControlPlane, serverURL, dir string, n int, args ...string) (*ReplicaSet, error) {
 	bin, err := BuildListproxy(dir)
 	if err != nil {
 		return nil, err
 	}
 	kubeconfig := filepath.Join(dir, "upstream.kubeconfig")
-	if err := cp.WriteKubeconfig(kubeconfig, "", UserAdmin, false); err != nil {
+	if err := cp.WriteKubeconfig(kubeconfig, serverURL, UserAdmin, false); err != nil {
 		return nil, err
 	}
 	keyFile := filepath.Join(dir, "continue-token-keys")
