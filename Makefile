@@ -11,7 +11,7 @@ KUBE_VERSION ?= $(shell awk '$$1 == "default" {print $$2}' hack/kube-versions)
 KUBE_COMPAT_VERSION ?= $(shell awk '$$1 == "compat" {print $$2}' hack/kube-versions)
 export KUBE_VERSION
 
-.PHONY: all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-table-oracle test-e2e test-compat verify bench fuzz soak conformance clean
+.PHONY: all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-table-oracle test-e2e test-compat verify bench fuzz soak soak-ha conformance clean
 
 all: build
 
@@ -79,10 +79,14 @@ verify:
 clean:
 	rm -rf $(OUT)
 
-## soak: three replicas, real clients and faults on a schedule for LISTPROXY_SOAK_DURATION (default 10m), then a summary table
+## soak: three replicas, real clients and faults on a schedule for LISTPROXY_SOAK_DURATION (default 10m), then a summary table; TOPOLOGY=ha runs them on an HA control plane
 soak: control-plane
-	LISTPROXY_BIN_DIR=$(abspath $(BIN)) LISTPROXY_SOAK_DURATION=$${LISTPROXY_SOAK_DURATION:-10m} \
+	LISTPROXY_BIN_DIR=$(abspath $(BIN)) LISTPROXY_SOAK_DURATION=$${LISTPROXY_SOAK_DURATION:-10m} LISTPROXY_SOAK_TOPOLOGY=$(TOPOLOGY) \
 		$(GO) test -count=1 -timeout 0 -run '^TestReplicas$$' -v ./test/e2e/
+
+## soak-ha: make soak on an HA control plane (3 etcd members, 3 kube-apiservers behind a balancer) with its faults: etcd leader killed, kube-apiservers killed and paused, connections dropped
+soak-ha:
+	$(MAKE) soak TOPOLOGY=ha
 
 ## e2e-binary: upstream's e2e test binary of KUBE_VERSION into _output/e2e-vKUBE_VERSION (about 200 MB; no-op when current)
 e2e-binary:

@@ -246,7 +246,14 @@ func (c rawClient) get(ctx context.Context, path string, q url.Values, accept st
 // showing each replica's last log lines if it failed.
 func startReplicaSet(ctx context.Context, t *testing.T, cp *framework.ControlPlane, n int, args ...string) *framework.ReplicaSet {
 	t.Helper()
-	rs, err := framework.StartReplicaSet(ctx, cp, t.TempDir(), n, args...)
+	return startReplicaSetAt(ctx, t, cp, "", n, args...)
+}
+
+// startReplicaSetAt is startReplicaSet with the replicas' upstream at
+// serverURL ("" is cp's own kube-apiserver).
+func startReplicaSetAt(ctx context.Context, t *testing.T, cp *framework.ControlPlane, serverURL string, n int, args ...string) *framework.ReplicaSet {
+	t.Helper()
+	rs, err := framework.StartReplicaSetAt(ctx, cp, serverURL, t.TempDir(), n, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

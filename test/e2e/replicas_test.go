@@ -41,6 +41,15 @@ import (
 // a replica SIGKILLed, an apiserver restart, an etcd restart and an etcd
 // compaction. `make test` runs each fault once; `make soak` runs the
 // faults in a cycle for LISTPROXY_SOAK_DURATION and prints the same summary.
+//
+// LISTPROXY_SOAK_TOPOLOGY=ha (`make soak-ha`) runs the same replicas and
+// clients on an HA control plane instead: a 3-member etcd, every member
+// given to the replicas, and three kube-apiservers behind a probing TCP
+// balancer, the replicas' upstream and the direct clients' address. Its
+// faults are the HA ones (scaleHAFaults): the etcd leader killed and
+// restarted, a kube-apiserver killed and restarted, another paused and
+// resumed, the apiserver balancer dropping every connection; with the
+// rolling restart, the SIGKILL and the compaction.
 
 const (
 	scaleReplicas  = 3
@@ -61,12 +70,27 @@ const (
 	// scaleCPGrace: a 5xx within this long of a control-plane fault (or
 	// while it lasts) is the outage the apiserver's own clients see.
 	scaleCPGrace = 10 * time.Second
+
+	// scaleHAAPIServers is how many kube-apiservers the HA topology runs.
+	scaleHAAPIServers = 3
+	// scaleHADown is how long a killed etcd leader or kube-apiserver stays
+	// down: the rest of the control plane serves alone meanwhile.
+	scaleHADown = 5 * time.Second
+	// scaleHAPauseHold is how long a paused kube-apiserver stays paused
+	// before the replicas must serve while it still is: longer than an
+	// HTTP/2 health check takes to drop a connection to it (a ping after
+	// 30s without a frame, answered within 15s).
+	scaleHAPauseHold = 50 * time.Second
+	// scaleHAClientTimeout bounds each request of the direct clients on
+	// the HA topology, whose connection may reach a paused kube-apiserver.
+	scaleHAClientTimeout = 10 * time.Second
 )
 
 // scaleRun is one run's clients, counters and findings.
 type scaleRun struct {
 	t    *testing.T
 	cp   *framework.ControlPlane
+	ha   *framework.HA // the HA topology's control plane, else nil
 	rs   *framework.ReplicaSet
 	cs   kubernetes.Interface // direct, for writes and the oracle
 	apic rawClient            // direct
@@ -78,9 +102,17 @@ type scaleRun struct {
 	// outage) ended, or the far future while one lasts (unix nanoseconds).
 	cpFaultUntil atomic.Int64
 
+	// apiserverTurn picks the kube-apiserver the HA faults kill and pause
+	// (the fault schedule's goroutine only).
+	apiserverTurn int
+
 	mu       sync.Mutex
 	acked    map[string]int // scaleLinNS key -> highest value acknowledged, guarded by mu
 	problems []string       // guarded by mu
+	// byFault counts each fault kind's runs, survivals and the 5xx allowed
+	// during it; lastCPFault is the control-plane fault those 5xx fall in.
+	byFault     map[string]*scaleFaultStats // guarded by mu
+	lastCPFault string                      // guarded by mu
 
 	reads, staleReads                               atomic.Int64
 	walks, walkPages, walksGone                     atomic.Int64
@@ -90,6 +122,21 @@ type scaleRun struct {
 	faults, faultsSurvived                          atomic.Int64
 	events, replayed, outOfOrder, relists, informed atomic.Int64
 	lost                                            atomic.Int64
+}
+
+// scaleFaultStats is one fault kind's tally.
+type scaleFaultStats struct {
+	runs, survived, allowed5xx int
+}
+
+// faultStats returns the tally of fault kind name; s.mu must be held.
+func (s *scaleRun) faultStats(name string) *scaleFaultStats {
+	st, ok := s.byFault[name]
+	if !ok {
+		st = &scaleFaultStats{}
+		s.byFault[name] = st
+	}
+	return st
 }
 
 func (s *scaleRun) problem(format string, args ...any) {
@@ -132,6 +179,9 @@ func (s *scaleRun) lbGet(ctx context.Context, path string, q url.Values) (int, [
 func (s *scaleRun) check5xx(ctx context.Context, path string, q url.Values, code int, body []byte) {
 	if s.inCPFault() {
 		s.allowed5xx.Add(1)
+		s.mu.Lock()
+		s.faultStats(s.lastCPFault).allowed5xx++
+		s.mu.Unlock()
 		return
 	}
 	direct, _, _, err := s.apic.get(ctx, path, q, acceptJSON)
@@ -184,7 +234,26 @@ type scaleList struct {
 // given; every fault survived; every replica's peak RSS within bounds.
 func TestReplicas(t *testing.T) {
 	duration, soak := scaleDuration(t)
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ha := scaleTopology(t) == scaleTopologyHA
+	// The single control plane, or the HA one: the replicas' upstream,
+	// --etcd-servers, and the direct clients' config.
+	var (
+		cp          *framework.ControlPlane
+		h           *framework.HA
+		upstreamURL string
+		etcdServers string
+		directCfg   *rest.Config
+	)
+	if ha {
+		h = framework.StartHA(t, framework.ControlPlaneConfig{}, scaleHAAPIServers)
+		cp, upstreamURL, etcdServers = h.CP, h.URL, h.EtcdServers()
+		directCfg = h.UserConfig(framework.UserAdmin)
+		directCfg.Timeout = scaleHAClientTimeout
+	} else {
+		cp = framework.Start(t, framework.ControlPlaneConfig{})
+		etcdServers = cp.EtcdEndpoint
+		directCfg = cp.AdminConfig
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, ns := range []string{scaleLinNS, scaleWalkNS} {
@@ -192,7 +261,10 @@ func TestReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cs := cp.Clientset(framework.UserAdmin)
+	cs, err := kubernetes.NewForConfig(directCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range scaleLinKeys {
 		scaleCreate(ctx, t, cs, scaleLinNS, fmt.Sprintf("lin-%02d", i), "0")
 	}
@@ -201,14 +273,15 @@ func TestReplicas(t *testing.T) {
 	}
 
 	startCtx, startCancel := context.WithTimeout(ctx, 3*time.Minute)
-	rs := startReplicaSet(startCtx, t, cp, scaleReplicas,
-		"--etcd-servers="+cp.EtcdEndpoint, "--resources=configmaps", "--preload=configmaps,configmaps/json",
+	rs := startReplicaSetAt(startCtx, t, cp, upstreamURL, scaleReplicas,
+		"--etcd-servers="+etcdServers, "--resources=configmaps", "--preload=configmaps,configmaps/json",
 		"--shutdown-delay=1s", "--shutdown-grace-period=10s")
 	startCancel()
 	s := &scaleRun{
-		t: t, cp: cp, rs: rs, cs: cs, apic: newRawClient(t, cp.AdminConfig),
-		lb:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute},
-		acked: map[string]int{},
+		t: t, cp: cp, ha: h, rs: rs, cs: cs, apic: newRawClient(t, directCfg),
+		lb:      &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: time.Minute},
+		acked:   map[string]int{},
+		byFault: map[string]*scaleFaultStats{},
 	}
 
 	// Workloads until the faults are over.
@@ -284,6 +357,24 @@ func scaleDuration(t *testing.T) (time.Duration, bool) {
 		return 0, false
 	}
 	return soakDuration(t), true
+}
+
+// scaleTopologyHA is the LISTPROXY_SOAK_TOPOLOGY of the HA control plane.
+const scaleTopologyHA = "ha"
+
+// scaleTopology: LISTPROXY_SOAK_TOPOLOGY, "" (one etcd, one
+// kube-apiserver) or "ha".
+func scaleTopology(t *testing.T) string {
+	t.Helper()
+	switch v := os.Getenv("LISTPROXY_SOAK_TOPOLOGY"); v {
+	case "", "single":
+		return ""
+	case scaleTopologyHA:
+		return v
+	default:
+		t.Fatalf("LISTPROXY_SOAK_TOPOLOGY=%q: want ha, single or nothing", v)
+		return ""
+	}
 }
 
 func scaleCreate(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, name, v string) {
@@ -603,8 +694,9 @@ type scaleFault struct {
 	do   func(ctx context.Context, s *scaleRun) error
 }
 
-var scaleFaults = []scaleFault{
-	{name: "rolling restart", do: func(ctx context.Context, s *scaleRun) error {
+// The faults both topologies inject.
+var (
+	scaleRollingRestart = scaleFault{name: "rolling restart", do: func(ctx context.Context, s *scaleRun) error {
 		for i := range s.rs.Replicas {
 			if err := s.rs.Terminate(ctx, i); err != nil {
 				return err
@@ -617,14 +709,24 @@ var scaleFaults = []scaleFault{
 			}
 		}
 		return nil
-	}},
-	{name: "replica SIGKILL", do: func(ctx context.Context, s *scaleRun) error {
+	}}
+	scaleReplicaKill = scaleFault{name: "replica SIGKILL", do: func(ctx context.Context, s *scaleRun) error {
 		i := rand.IntN(len(s.rs.Replicas))
 		if err := s.rs.Kill(ctx, i); err != nil {
 			return err
 		}
 		return s.rs.Start(ctx, i)
-	}},
+	}}
+	scaleCompaction = scaleFault{name: "etcd compaction", do: func(ctx context.Context, s *scaleRun) error {
+		_, err := compactAsAPIServer(ctx, s.cp.EtcdEndpoints...)
+		return err
+	}}
+)
+
+// scaleFaults are the single control plane's faults.
+var scaleFaults = []scaleFault{
+	scaleRollingRestart,
+	scaleReplicaKill,
 	{name: "apiserver restart", cp: true, do: func(ctx context.Context, s *scaleRun) error {
 		if err := s.cp.StopAPIServer(); err != nil {
 			return err
@@ -637,10 +739,87 @@ var scaleFaults = []scaleFault{
 		}
 		return s.cp.StartEtcd(ctx)
 	}},
-	{name: "etcd compaction", do: func(ctx context.Context, s *scaleRun) error {
-		_, err := compactAsAPIServer(ctx, s.cp.EtcdEndpoint)
-		return err
+	scaleCompaction,
+}
+
+// scaleHAFaults are the HA control plane's faults: its etcd restart is the
+// leader's, its apiserver restart one of several, and a kube-apiserver
+// that hangs and a balancer that drops its connections join them. Each
+// counts as a control-plane outage (a 5xx is allowed while it lasts and
+// scaleCPGrace after): the clients of a killed or paused kube-apiserver,
+// or of a dropped connection, lose their requests in flight, and writes
+// fail while etcd elects a leader.
+var scaleHAFaults = []scaleFault{
+	scaleRollingRestart,
+	scaleReplicaKill,
+	{name: "etcd leader killed", cp: true, do: func(ctx context.Context, s *scaleRun) error {
+		leader, err := s.ha.KillEtcdLeader(ctx)
+		if err != nil {
+			return err
+		}
+		s.t.Logf("etcd member %d, the leader, killed", leader)
+		pause(ctx, scaleHADown)
+		return s.ha.CP.StartEtcdMember(ctx, leader)
 	}},
+	{name: "kube-apiserver killed", cp: true, do: func(ctx context.Context, s *scaleRun) error {
+		i := s.apiserverTurn % s.ha.APIServers()
+		if err := s.ha.KillAPIServer(i); err != nil {
+			return err
+		}
+		s.t.Logf("kube-apiserver %d killed", i)
+		pause(ctx, scaleHADown)
+		return s.ha.StartAPIServer(ctx, i)
+	}},
+	{name: "kube-apiserver paused", cp: true, do: func(ctx context.Context, s *scaleRun) error {
+		// Another one than the last killed.
+		i := (s.apiserverTurn + 1) % s.ha.APIServers()
+		s.apiserverTurn++
+		if err := s.ha.PauseAPIServer(ctx, i); err != nil {
+			return err
+		}
+		s.t.Logf("kube-apiserver %d paused", i)
+		pause(ctx, scaleHAPauseHold)
+		// The rest of the control plane serves: so must every replica,
+		// whichever kube-apiserver its connections reached.
+		err := s.everyReplicaReads(ctx)
+		resumeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		return errors.Join(err, s.ha.ResumeAPIServer(resumeCtx, i))
+	}},
+	{name: "apiserver connections dropped", cp: true, do: func(ctx context.Context, s *scaleRun) error {
+		s.t.Logf("the apiserver balancer dropped %d connections", s.ha.Balancer.DropConnections())
+		return nil
+	}},
+	scaleCompaction,
+}
+
+// everyReplicaReads waits until each replica, asked directly, answers a
+// consistent read of the readers' keys with 200.
+func (s *scaleRun) everyReplicaReads(ctx context.Context) error {
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, r := range s.rs.Replicas {
+		u := r.URL() + "/api/v1/namespaces/" + scaleLinNS + "/configmaps"
+		last := ""
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+			if err != nil {
+				return false, err
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			last = fmt.Sprintf("HTTP %d: %.200s", resp.StatusCode, body)
+			return resp.StatusCode == http.StatusOK, nil
+		})
+		if err != nil {
+			return fmt.Errorf("replica %d answers no consistent read (last: %s): %w", r.Index, last, err)
+		}
+	}
+	return nil
 }
 
 // balanced waits until the balancer sees every replica ready.
@@ -658,31 +837,44 @@ func (s *scaleRun) balanced(ctx context.Context) error {
 // faultSchedule injects every fault once (soak: in a cycle until duration
 // is over) with the workloads running between them. A fault is survived
 // when afterwards every replica is ready behind the balancer and a
-// consistent read through it succeeds.
+// consistent read through it succeeds; on the HA topology, when every
+// replica answers a consistent read itself as well (and, for a paused
+// kube-apiserver, already while it is paused).
 func (s *scaleRun) faultSchedule(ctx context.Context, duration time.Duration, soak bool) {
 	gap := 5 * time.Second
 	if soak {
 		gap = 20 * time.Second
 	}
+	faults := scaleFaults
+	if s.ha != nil {
+		faults = scaleHAFaults
+	}
 	end := time.Now().Add(duration)
 	pause(ctx, gap)
 	for cycle := 0; cycle == 0 || soak && time.Now().Before(end); cycle++ {
-		for _, f := range scaleFaults {
+		for _, f := range faults {
 			if soak && cycle > 0 && !time.Now().Before(end) {
 				return
 			}
 			s.faults.Add(1)
 			fctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 			begin := time.Now()
+			s.mu.Lock()
+			s.faultStats(f.name).runs++
 			if f.cp {
+				s.lastCPFault = f.name
 				s.cpFaultUntil.Store(time.Now().Add(time.Hour).UnixNano())
 			}
+			s.mu.Unlock()
 			err := f.do(fctx, s)
 			if f.cp {
 				s.cpFaultUntil.Store(time.Now().UnixNano())
 			}
 			if err == nil {
 				err = s.balanced(fctx)
+			}
+			if err == nil && s.ha != nil {
+				err = s.everyReplicaReads(fctx)
 			}
 			if err == nil {
 				err = wait.PollUntilContextTimeout(fctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -695,6 +887,9 @@ func (s *scaleRun) faultSchedule(ctx context.Context, duration time.Duration, so
 				s.problem("fault %q not survived: %v", f.name, err)
 			} else {
 				s.faultsSurvived.Add(1)
+				s.mu.Lock()
+				s.faultStats(f.name).survived++
+				s.mu.Unlock()
 			}
 			s.t.Logf("fault %q over in %v", f.name, time.Since(begin).Round(time.Millisecond))
 			pause(ctx, gap)
@@ -702,10 +897,11 @@ func (s *scaleRun) faultSchedule(ctx context.Context, duration time.Duration, so
 	}
 }
 
-// compactAsAPIServer compacts etcd at its current revision, recording it
-// where the apiserver does, and returns the revision.
-func compactAsAPIServer(ctx context.Context, endpoint string) (int64, error) {
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
+// compactAsAPIServer compacts etcd (any of endpoints, its members) at its
+// current revision, recording it where the apiserver does, and returns the
+// revision.
+func compactAsAPIServer(ctx context.Context, endpoints ...string) (int64, error) {
+	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
 	if err != nil {
 		return 0, err
 	}
@@ -730,6 +926,12 @@ func (s *scaleRun) report(elapsed time.Duration, rss []string) {
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(w, "%s\t%v\n", k, v) }
 	row("duration (faults and workloads)", elapsed.Round(time.Second))
+	if s.ha != nil {
+		row("control plane", fmt.Sprintf("HA: %d etcd members, %d kube-apiservers", len(s.cp.EtcdEndpoints), s.ha.APIServers()))
+		row("apiserver balancer connections", s.ha.Balancer.Connections())
+	} else {
+		row("control plane", "1 etcd, 1 kube-apiserver")
+	}
 	row("replicas / replica starts", fmt.Sprintf("%d / %d", len(s.rs.Replicas), s.starts()))
 	row("balancer connections", s.rs.Balancer.Connections())
 	row("writes acknowledged", s.writes.Load())
@@ -743,6 +945,12 @@ func (s *scaleRun) report(elapsed time.Duration, rss []string) {
 	row("5xx unexpected / during outages", fmt.Sprintf("%d / %d", s.unexpected5xx.Load(), s.allowed5xx.Load()))
 	row("429 retried / connection errors retried", fmt.Sprintf("%d / %d", s.throttled.Load(), s.connErrs.Load()))
 	row("faults survived", fmt.Sprintf("%d of %d", s.faultsSurvived.Load(), s.faults.Load()))
+	s.mu.Lock()
+	for _, name := range slices.Sorted(maps.Keys(s.byFault)) {
+		st := s.byFault[name]
+		row("  "+name, fmt.Sprintf("%d of %d, 5xx during it %d", st.survived, st.runs, st.allowed5xx))
+	}
+	s.mu.Unlock()
 	row("peak RSS per replica", strings.Join(rss, ", "))
 	_ = w.Flush()
 	s.t.Logf("summary:\n%s", b.String())
