@@ -70,6 +70,9 @@ const (
 	// scaleCPGrace: a 5xx within this long of a control-plane fault (or
 	// while it lasts) is the outage the apiserver's own clients see.
 	scaleCPGrace = 10 * time.Second
+	// scaleLogged5xx is how many of the 5xx allowed during each fault kind
+	// are logged.
+	scaleLogged5xx = 3
 
 	// scaleHAAPIServers is how many kube-apiservers the HA topology runs.
 	scaleHAAPIServers = 3
@@ -180,8 +183,13 @@ func (s *scaleRun) check5xx(ctx context.Context, path string, q url.Values, code
 	if s.inCPFault() {
 		s.allowed5xx.Add(1)
 		s.mu.Lock()
-		s.faultStats(s.lastCPFault).allowed5xx++
+		st := s.faultStats(s.lastCPFault)
+		st.allowed5xx++
+		n, fault := st.allowed5xx, s.lastCPFault
 		s.mu.Unlock()
+		if n <= scaleLogged5xx {
+			s.t.Logf("HTTP %d from listproxy during %q for %s?%s: %.300s", code, fault, path, q.Encode(), body)
+		}
 		return
 	}
 	direct, _, _, err := s.apic.get(ctx, path, q, acceptJSON)
