@@ -243,7 +243,7 @@ func (s *apiSource) learnTableBookmark(ctx context.Context, rv string) error {
 		return err
 	}
 	dec := wire.NewWatchDecoder(wire.Table, resp.Body, wire.WatchOptions{})
-	defer dec.Close()
+	defer func() { _ = dec.Close() }() // the bookmark, or its error, is the answer
 	ev, err := dec.Next()
 	if err != nil {
 		return err
