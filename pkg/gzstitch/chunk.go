@@ -22,6 +22,13 @@ import (
 	"sync"
 )
 
+// Blank is a byte that no valid UTF-8 text holds. Bytes that differ
+// between responses (a Table row's clock cells) are primed as Blank bytes,
+// as many as they are long: a chunk that holds no Blank byte cannot refer to
+// them (deflate copies only bytes equal to the chunk's own), so it is valid
+// after any bytes of those lengths in their place.
+const Blank = 0xff
+
 // Window is how far back in the uncompressed stream deflate may refer
 // (RFC 1951: distances up to 32768 bytes).
 const Window = 32 << 10

@@ -49,6 +49,21 @@ func (st *stitcher) write(t testing.TB, p []byte, prime bool) {
 	}
 }
 
+// stored writes p as stored blocks; with prime, the live session sees it
+// too.
+func (st *stitcher) stored(t testing.TB, p []byte, prime bool) {
+	t.Helper()
+	if err := st.z.WriteStored(p); err != nil {
+		t.Fatal(err)
+	}
+	st.want = append(st.want, p...)
+	if st.s != nil && prime {
+		st.s.Prime(p)
+	} else {
+		st.endSession()
+	}
+}
+
 // chunk writes p as a chunk of the live session, or of a new one at level
 // primed with the last primeLen bytes of the stream so far.
 func (st *stitcher) chunk(t testing.TB, p []byte, level, primeLen int) {
@@ -199,6 +214,28 @@ func TestWriterScripts(t *testing.T) {
 			st.chunk(t, p, 6, 0)
 			st.standalone(t, p, 9)
 		}},
+		{name: "stored", run: func(t *testing.T, st *stitcher) { st.stored(t, []byte(`{"items":[]}`), false) }},
+		{name: "stored_empty", run: func(t *testing.T, st *stitcher) {
+			st.write(t, []byte("a"), false)
+			st.stored(t, nil, false)
+			st.write(t, []byte("b"), false)
+		}},
+		{name: "stored_between_writes_and_chunks", run: func(t *testing.T, st *stitcher) {
+			st.write(t, []byte(`{"kind":"Table","rows":[`), false)
+			st.stored(t, []byte(`{"cells":["a","5m"`), false)
+			st.write(t, []byte(`],"object":null}`), false)
+			for i := range 5 {
+				st.stored(t, fmt.Appendf(nil, `,{"cells":["pod-%d","%dm"`, i, i), true)
+				st.chunk(t, []byte(`],"object":null}`), 1, 0)
+			}
+			st.write(t, []byte("]}\n"), false)
+		}},
+		{name: "stored_large", run: func(t *testing.T, st *stitcher) {
+			st.stored(t, bigText, false) // several blocks of at most 65535 bytes
+			st.chunk(t, bigText[:5000], 6, Window)
+			st.stored(t, bigText[:maxStored], false)
+			st.stored(t, bigText[:maxStored+1], false)
+		}},
 		{name: "every_level", run: func(t *testing.T, st *stitcher) {
 			for level := flate.BestSpeed; level <= flate.BestCompression; level++ {
 				st.endSession()
@@ -226,9 +263,11 @@ func randomScript(t testing.TB, rng *rand.Rand, st *stitcher, n, maxLen int) {
 		} else {
 			p = text(rng, rng.IntN(maxLen+1))
 		}
-		switch rng.IntN(4) {
+		switch rng.IntN(5) {
 		case 0:
 			st.write(t, p, rng.IntN(2) == 0)
+		case 4:
+			st.stored(t, p, rng.IntN(2) == 0)
 		case 1:
 			st.standalone(t, p, 1+rng.IntN(9))
 		default:
@@ -355,4 +394,39 @@ func TestWriterFlush(t *testing.T) {
 		}
 	}
 	st.finish(t)
+}
+
+// TestChunkAfterBlanks: a chunk compressed after history with Blank bytes
+// in place of some of its bytes decompresses correctly after the history
+// with any other bytes of the same lengths there, written stored: what a
+// Table row's cached chunk relies on for its clock cells.
+func TestChunkAfterBlanks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	row := func(age string) []byte {
+		return fmt.Appendf(nil, `{"cells":["pod-1","1/1","Running","0","%s"],"object":{"metadata":{"name":"pod-1","labels":{"app":"web"}}}}`, age)
+	}
+	prev := row("7m")
+	head := []byte(`,{"cells":["pod-2","1/1","Running","0","`)
+	tail := bytes.Repeat([]byte(`"],"object":{"metadata":{"name":"pod-2","labels":{"app":"web"}}}}`), 3)
+	for _, level := range []int{flate.BestSpeed, 6, flate.BestCompression} {
+		for _, age := range []string{"6m30s", "5m29s", "99999"} {
+			t.Run(fmt.Sprintf("level %d, age %s", level, age), func(t *testing.T) {
+				s := compressors[level].NewSession()
+				defer s.Close()
+				before := text(rng, 3000)
+				s.Prime(before, prev, head, bytes.Repeat([]byte{Blank}, len(age)))
+				c := s.Chunk(tail)
+				if alone := compressors[level].Compress(tail); c.Len() >= alone.Len() {
+					t.Fatalf("chunk is %d bytes, alone %d: want it to refer back", c.Len(), alone.Len())
+				}
+				st := newStitcher()
+				st.write(t, before, false)
+				st.stored(t, prev, false)
+				st.stored(t, head, false)
+				st.stored(t, []byte(age), false)
+				st.writeChunk(t, &c, tail)
+				st.finish(t)
+			})
+		}
+	}
 }

@@ -90,6 +90,36 @@ func (z *Writer) WriteChunk(c *Chunk) error {
 	return err
 }
 
+// maxStored is the most bytes one stored deflate block holds (RFC 1951
+// 3.2.4: LEN is 16 bits).
+const maxStored = 1<<16 - 1
+
+// WriteStored appends p uncompressed, as stored deflate blocks: no
+// compression work at all, for short request-time bytes between chunks (a
+// Table row's clock cells), where a compressed block would cost more than
+// it saves. Chunks may follow it as they may follow Write's bytes.
+func (z *Writer) WriteStored(p []byte) error {
+	if err := z.endStream(); err != nil {
+		return err
+	}
+	for len(p) > 0 {
+		n := min(len(p), maxStored)
+		// BFINAL 0, BTYPE 00, padded to the byte boundary that every
+		// chunk and flushed stream ends on; then LEN and NLEN.
+		hdr := [5]byte{0, byte(n), byte(n >> 8), ^byte(n), ^byte(n >> 8)}
+		if _, err := z.bw.Write(hdr[:]); err != nil {
+			return err
+		}
+		if _, err := z.bw.Write(p[:n]); err != nil {
+			return err
+		}
+		z.crc = crc32.Update(z.crc, crc32.IEEETable, p[:n])
+		z.size += uint32(n)
+		p = p[n:]
+	}
+	return nil
+}
+
 // Flush ends the request-time stream with a sync flush and writes out
 // everything buffered, so that a reader can decompress all bytes written so
 // far; the member goes on.
