@@ -286,13 +286,50 @@ func (w want) check(cell []byte, received time.Time) (span, bool) {
 
 // Append appends the stored row to dst with its clock cells rendered for
 // now and its object as include asks, PartialObjectMetadata in
-// meta.k8s.io/groupVersion ("v1" or "v1beta1").
+// meta.k8s.io/groupVersion ("v1" or "v1beta1"): AppendHead, then
+// AppendTail.
 func (row *Row) Append(dst, stored []byte, now time.Time, include IncludeObject, groupVersion string) []byte {
+	dst = row.AppendHead(dst, stored, now)
+	return row.AppendTail(dst, stored, include, groupVersion)
+}
+
+// AppendHead appends the stored row's bytes up to the end of its last
+// clock cell's duration (none when it has no clock cell), with the clock
+// cells rendered for now.
+func (row *Row) AppendHead(dst, stored []byte, now time.Time) []byte {
+	return row.appendHead(dst, stored, now, false, 0)
+}
+
+// AppendHeadBlank appends what AppendHead appends, with every byte of each
+// clock cell's rendering replaced by blank: the head's layout at now
+// without the bytes that change with the clock.
+func (row *Row) AppendHeadBlank(dst, stored []byte, now time.Time, blank byte) []byte {
+	return row.appendHead(dst, stored, now, true, blank)
+}
+
+func (row *Row) appendHead(dst, stored []byte, now time.Time, blanked bool, blank byte) []byte {
 	i := 0
 	for _, s := range row.slots {
 		dst = append(dst, stored[i:s.start]...)
+		n := len(dst)
 		dst = appendHumanDuration(dst, now.Sub(time.UnixMicro(s.t)))
+		if blanked {
+			for k := n; k < len(dst); k++ {
+				dst[k] = blank
+			}
+		}
 		i = int(s.end)
+	}
+	return dst
+}
+
+// AppendTail appends the rest of the stored row after AppendHead's bytes,
+// with its object as include asks (see Append). It is the same at every
+// instant.
+func (row *Row) AppendTail(dst, stored []byte, include IncludeObject, groupVersion string) []byte {
+	i := 0
+	if n := len(row.slots); n > 0 {
+		i = int(row.slots[n-1].end)
 	}
 	dst = append(dst, stored[i:row.objectStart]...)
 	switch {
@@ -307,4 +344,25 @@ func (row *Row) Append(dst, stored []byte, now time.Time, include IncludeObject,
 		dst = append(dst, stored[int(row.objectStart)+len(metadataPrefix)-len(`"metadata":`):row.objectEnd]...)
 	}
 	return append(dst, stored[row.objectEnd:]...)
+}
+
+// MaxClockLens is how many clock cells ClockLens tells apart.
+const MaxClockLens = 7
+
+// ClockLens returns the lengths of the row's clock cells rendered for now,
+// one byte each, the first cell's in the lowest: two instants with the
+// same lengths give heads (AppendHeadBlank) of one layout. It returns
+// false for a row of more than MaxClockLens clock cells.
+func (row *Row) ClockLens(now time.Time) (uint64, bool) {
+	if len(row.slots) > MaxClockLens {
+		return 0, false
+	}
+	var lens uint64
+	var buf [32]byte
+	for k, s := range row.slots {
+		// A rendering is at most len(invalidJSON) (19) bytes long.
+		n := len(appendHumanDuration(buf[:0], now.Sub(time.UnixMicro(s.t))))
+		lens |= uint64(n) << (8 * k)
+	}
+	return lens, true
 }

@@ -434,6 +434,77 @@ func TestParseAppend(t *testing.T) {
 	}
 }
 
+// TestAppendHeadTail: a row's head and tail are its rendering split after
+// its last clock cell; the blank head has the head's layout with every
+// byte of each clock cell blanked, and ClockLens gives those cells'
+// lengths.
+func TestAppendHeadTail(t *testing.T) {
+	const blank = 0xff
+	instants := []time.Duration{0, 9 * time.Second, 70 * time.Second, 26 * time.Hour, 3 * 365 * 24 * time.Hour}
+	for _, tc := range rowCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := makeRow(tc.cells(received), tc.object)
+			stored, _, row, err := tc.rules.Parse([]byte(raw), received)
+			if err != nil {
+				t.Fatalf("Parse(%s): %v", raw, err)
+			}
+			for _, d := range instants {
+				now := received.Add(d)
+				head := row.AppendHead([]byte("prefix,"), stored, now)
+				got := string(row.AppendTail(head, stored, IncludeMetadata, "v1beta1"))
+				if diff := cmp.Diff(string(row.Append([]byte("prefix,"), stored, now, IncludeMetadata, "v1beta1")), got); diff != "" {
+					t.Errorf("AppendHead + AppendTail at %v (-Append +got):\n%s", d, diff)
+				}
+				tail := string(row.AppendTail(nil, stored, IncludeNone, "v1"))
+				if !strings.HasSuffix(tail, `"object":null}`) || strings.Contains(tail, `"cells":[`) && len(row.slots) > 0 {
+					t.Errorf("AppendTail at %v = %s: want the row after its clock cells", d, tail)
+				}
+				blanked := row.AppendHeadBlank([]byte("prefix,"), stored, now, blank)
+				if len(blanked) != len(head) {
+					t.Fatalf("AppendHeadBlank at %v is %d bytes, AppendHead %d", d, len(blanked), len(head))
+				}
+				// The blanked bytes, run by run, are the clock cells.
+				var runs []int
+				for k := range blanked {
+					switch {
+					case blanked[k] == head[k]:
+					case blanked[k] != blank:
+						t.Fatalf("AppendHeadBlank at %v: byte %d is %q, want %q or blank", d, k, blanked[k], head[k])
+					case k > 0 && blanked[k-1] == blank:
+						runs[len(runs)-1]++
+					default:
+						runs = append(runs, 1)
+					}
+				}
+				var want uint64
+				for k, n := range runs {
+					want |= uint64(n) << (8 * k)
+				}
+				lens, ok := row.ClockLens(now)
+				if !ok || lens != want {
+					t.Errorf("ClockLens at %v = %#x, %v; want %#x (blanked runs %v)", d, lens, ok, want, runs)
+				}
+				if len(runs) != len(row.slots) {
+					t.Errorf("AppendHeadBlank at %v blanked %d runs, want %d clock cells", d, len(runs), len(row.slots))
+				}
+			}
+		})
+	}
+}
+
+// TestClockLensTooMany: a row of more clock cells than ClockLens tells
+// apart has no lengths.
+func TestClockLensTooMany(t *testing.T) {
+	for _, n := range []int{MaxClockLens, MaxClockLens + 1} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			row := &Row{slots: make([]slot, n)}
+			if _, ok := row.ClockLens(received); ok != (n <= MaxClockLens) {
+				t.Errorf("ClockLens of %d clock cells: ok = %v", n, ok)
+			}
+		})
+	}
+}
+
 func TestParseMismatch(t *testing.T) {
 	for _, tc := range rowCases() {
 		t.Run(tc.name, func(t *testing.T) {
