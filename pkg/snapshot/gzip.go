@@ -18,6 +18,11 @@ const (
 	// GzipWatchAdded: the entry as the whole ADDED frame of a watch-list's
 	// initial events, in its store's format.
 	GzipWatchAdded
+	// GzipTableRow: a Table row's tail (table.Row.AppendTail) in one object
+	// form, compressed after the row's head with its clock cells blank
+	// (gzstitch.Blank) and, before that, what precedes the row; keyed by the
+	// object form and the clock cells' lengths (SetGzipChunkKey).
+	GzipTableRow
 	gzipUses
 )
 
@@ -35,6 +40,38 @@ type GzipItem struct {
 	// was compressed after: Chunk may only directly follow them. Its array
 	// may be shared with other entries' items.
 	After []uint64
+	// Key tells apart chunks of one entry and use compressed around
+	// different request-time bytes (GzipTableRow: the object form and the
+	// clock cells' lengths); 0 for the other uses.
+	Key uint64
+	// Others holds chunks of the entry and use for other keys, kept beside
+	// Chunk (SetGzipChunkKey), newest first. Its items have no Others.
+	Others []*GzipItem
+}
+
+// Find returns it or the one of its Others whose Key is key, or nil.
+func (it *GzipItem) Find(key uint64) *GzipItem {
+	if it.Key == key {
+		return it
+	}
+	for _, o := range it.Others {
+		if o.Key == key {
+			return o
+		}
+	}
+	return nil
+}
+
+// bytes returns the compressed bytes of its chunks.
+func (it *GzipItem) bytes() int64 {
+	if it == nil {
+		return 0
+	}
+	n := int64(it.Chunk.Len())
+	for _, o := range it.Others {
+		n += int64(o.Chunk.Len())
+	}
+	return n
 }
 
 // gzipCache is the one mutable part of an Entry: a GzipItem per use.
@@ -52,9 +89,7 @@ type gzipCache struct {
 func (c *gzipCache) chunkBytesLocked() int64 {
 	var n int64
 	for i := range c.items {
-		if it := c.items[i].Load(); it != nil {
-			n += int64(it.Chunk.Len())
-		}
+		n += c.items[i].Load().bytes()
 	}
 	return n
 }
@@ -113,6 +148,37 @@ func (e *Entry) GzipCached(u GzipUse) *GzipItem {
 // in place of any earlier chunk; e keeps its ID. Safe for concurrent use:
 // the last call wins.
 func (e *Entry) SetGzipChunk(u GzipUse, c gzstitch.Chunk, after []uint64) {
+	e.setGzip(u, func(id uint64, _ *GzipItem) *GzipItem {
+		return &GzipItem{ID: id, Chunk: c, After: after}
+	})
+}
+
+// SetGzipChunkKey caches c for u and key, compressed after the entries with
+// IDs after, in place of an earlier chunk for key. Chunks cached for other
+// keys stay beside it, the keep-1 most recent of them: an entry holds at
+// most keep chunks for u. Safe for concurrent use: the last call wins.
+func (e *Entry) SetGzipChunkKey(u GzipUse, key uint64, c gzstitch.Chunk, after []uint64, keep int) {
+	e.setGzip(u, func(id uint64, old *GzipItem) *GzipItem {
+		it := &GzipItem{ID: id, Chunk: c, After: after, Key: key}
+		if old == nil {
+			return it
+		}
+		for _, o := range append([]*GzipItem{old}, old.Others...) {
+			if len(it.Others) >= keep-1 {
+				break
+			}
+			// An item without a chunk holds only the ID.
+			if o.Key != key && o.Chunk.Len() > 0 {
+				it.Others = append(it.Others, &GzipItem{ID: id, Chunk: o.Chunk, After: o.After, Key: o.Key})
+			}
+		}
+		return it
+	})
+}
+
+// setGzip replaces e's item for u by what next makes of e's ID and the item
+// it replaces (nil if none), and counts the difference in bytes.
+func (e *Entry) setGzip(u GzipUse, next func(id uint64, old *GzipItem) *GzipItem) {
 	e.gzip.mu.Lock()
 	defer e.gzip.mu.Unlock()
 	p := &e.gzip.items[u]
@@ -124,13 +190,10 @@ func (e *Entry) SetGzipChunk(u GzipUse, c gzstitch.Chunk, after []uint64) {
 		} else {
 			id = lastGzipID.Add(1)
 		}
-		if p.CompareAndSwap(old, &GzipItem{ID: id, Chunk: c, After: after}) {
+		it := next(id, old)
+		if p.CompareAndSwap(old, it) {
 			if e.gzip.owner != nil {
-				delta := int64(c.Len())
-				if old != nil {
-					delta -= int64(old.Chunk.Len())
-				}
-				e.gzip.owner.Add(delta)
+				e.gzip.owner.Add(it.bytes() - old.bytes())
 			}
 			return
 		}

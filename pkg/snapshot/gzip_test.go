@@ -2,8 +2,11 @@ package snapshot
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/listproxy/listproxy/pkg/gzstitch"
 )
@@ -34,6 +37,69 @@ func TestEntryGzip(t *testing.T) {
 	fresh.SetGzipChunk(GzipListItem, c, nil)
 	if id := fresh.GzipCached(GzipListItem).ID; id == 0 || id == idA || id == idB {
 		t.Errorf("SetGzipChunk on a new entry gave ID %d, want a new one", id)
+	}
+}
+
+// TestEntryGzipKeys: chunks cached for several keys stay beside each other,
+// at most keep of them, the most recent; the entry's ID and the bytes its
+// owner counts follow them.
+func TestEntryGzipKeys(t *testing.T) {
+	comp, err := gzstitch.NewCompressor(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := func(n int) gzstitch.Chunk { return comp.Compress(make([]byte, n)) }
+	type set struct {
+		key  uint64
+		size int
+	}
+	for _, tc := range []struct {
+		name string
+		keep int
+		sets []set
+		want []set // Find's results by key, newest first
+	}{
+		{name: "one key", keep: 3, sets: []set{{1, 10}}, want: []set{{1, 10}}},
+		{name: "a key replaces its own chunk", keep: 3, sets: []set{{1, 10}, {1, 20}}, want: []set{{1, 20}}},
+		{name: "keys side by side", keep: 3, sets: []set{{1, 10}, {2, 20}, {3, 30}}, want: []set{{3, 30}, {2, 20}, {1, 10}}},
+		{name: "the oldest key goes", keep: 2, sets: []set{{1, 10}, {2, 20}, {3, 30}}, want: []set{{3, 30}, {2, 20}}},
+		{name: "a key set again is the newest", keep: 2, sets: []set{{1, 10}, {2, 20}, {1, 15}, {3, 30}}, want: []set{{3, 30}, {1, 15}}},
+		{name: "keep 1", keep: 1, sets: []set{{1, 10}, {2, 20}}, want: []set{{2, 20}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := &Entry{Key: "a"}
+			id := e.Gzip(GzipTableRow).ID
+			var owner atomic.Int64
+			e.gzip.attach(&owner)
+			for _, s := range tc.sets {
+				e.SetGzipChunkKey(GzipTableRow, s.key, chunk(s.size), []uint64{7}, tc.keep)
+			}
+			it := e.GzipCached(GzipTableRow)
+			if it.ID != id {
+				t.Errorf("ID %d, want %d", it.ID, id)
+			}
+			var got []set
+			var bytes int64
+			for _, o := range append([]*GzipItem{it}, it.Others...) {
+				got = append(got, set{o.Key, o.Chunk.Size()})
+				bytes += int64(o.Chunk.Len())
+				if f := it.Find(o.Key); f != o {
+					t.Errorf("Find(%d) = %p, want %p", o.Key, f, o)
+				}
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(set{})); diff != "" {
+				t.Errorf("chunks kept (-want +got):\n%s", diff)
+			}
+			if f := it.Find(99); f != nil {
+				t.Errorf("Find of a key never set = %+v, want nil", f)
+			}
+			if owner.Load() != bytes {
+				t.Errorf("owner counts %d bytes, want %d", owner.Load(), bytes)
+			}
+			if n := e.gzip.detach(); n != bytes {
+				t.Errorf("detach returned %d bytes, want %d", n, bytes)
+			}
+		})
 	}
 }
 
