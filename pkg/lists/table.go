@@ -46,7 +46,7 @@ func (l *Lists) respondTable(w http.ResponseWriter, r *http.Request, req listReq
 		httpapi.WriteStatus(w, apierrors.NewInternalError(err))
 		return true, reason
 	}
-	writeTable(w, r, req.Table, parts, rows, entries, time.Now())
+	writeTable(w, r, req.Table, parts, rows, entries, time.Now(), !req.Selective)
 	return true, reason
 }
 
@@ -72,8 +72,10 @@ var (
 
 // writeTable writes a Table response: uncompressed with a Content-Length
 // when it is at most gzipThreshold long, else gzipped for a client that
-// accepts it (as the apiserver does), else streamed.
-func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) {
+// accepts it (as the apiserver does), else streamed. unfiltered says the
+// entries are consecutive in key order: a gzipped response is then
+// stitched from row chunks cached on the entries (writeGzipTable).
+func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time, unfiltered bool) {
 	hdr := w.Header()
 	hdr.Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
 	hdr.Set("Content-Type", wire.Table.ContentType())
@@ -109,6 +111,15 @@ func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOpt
 	}
 	var out *bufio.Writer
 	var gz *gzip.Writer
+	if unfiltered && collection.AcceptsGzip(r) {
+		hdr.Set("Content-Encoding", "gzip")
+		hdr.Add("Vary", "Accept-Encoding")
+		w.WriteHeader(http.StatusOK)
+		if err := writeGzipTable(w, opts, parts, rows, entries, now); err != nil {
+			klog.V(2).InfoS("Writing table response failed", "err", err)
+		}
+		return
+	}
 	if collection.AcceptsGzip(r) {
 		hdr.Set("Content-Encoding", "gzip")
 		hdr.Add("Vary", "Accept-Encoding")

@@ -7,12 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -53,14 +56,16 @@ func TestWriteTable(t *testing.T) {
 	created := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
 	opts := collection.TableOptions{GroupVersion: "v1", Include: table.IncludeMetadata}
 	for _, tc := range []struct {
-		name     string
-		rows     int
-		gzip     bool
-		wantGzip bool
+		name       string
+		rows       int
+		gzip       bool
+		unfiltered bool
+		wantGzip   bool
 	}{
-		{name: "short, written whole", rows: 3, gzip: true},
-		{name: "long, gzipped", rows: 1000, gzip: true, wantGzip: true},
-		{name: "long, client without gzip", rows: 1000},
+		{name: "short, written whole", rows: 3, gzip: true, unfiltered: true},
+		{name: "long, gzipped, stitched from row chunks", rows: 1000, gzip: true, unfiltered: true, wantGzip: true},
+		{name: "long, gzipped, filtered", rows: 1000, gzip: true, wantGzip: true},
+		{name: "long, client without gzip", rows: 1000, unfiltered: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rows, entries := tableRows(t, tc.rows, created)
@@ -97,7 +102,7 @@ func TestWriteTable(t *testing.T) {
 					r.Header.Set("Accept-Encoding", "gzip")
 				}
 				w := httptest.NewRecorder()
-				writeTable(w, r, opts, parts, rows, entries, now)
+				writeTable(w, r, opts, parts, rows, entries, now, tc.unfiltered)
 				body := w.Body.Bytes()
 				if got := w.Header().Get("Content-Encoding") == "gzip"; got != tc.wantGzip {
 					t.Errorf("response %d gzipped: %t, want %t", k, got, tc.wantGzip)
@@ -131,6 +136,144 @@ func TestWriteTable(t *testing.T) {
 				if diff := cmp.Diff(wants[k], responses[k]); diff != "" {
 					t.Errorf("concurrent response %d (-want +got):\n%.2000s", k, diff)
 				}
+			}
+		})
+	}
+}
+
+// youngRows returns n rows of a custom resource with two date columns of
+// its creationTimestamp, received at received, row i created 7m30s+i
+// seconds before it, with its AGE at received also in an annotation: a
+// chunk that referred to the clock cells' bytes would find them there.
+func youngRows(t *testing.T, n int, received time.Time, tag string) ([]*stores.TableRow, []*snapshot.Entry) {
+	t.Helper()
+	date := table.Column{Type: "date", JSONPath: ".metadata.creationTimestamp"}
+	rules, ok := table.ForCustom([]table.Column{date, {Type: "string", JSONPath: ".spec.color"}, date})
+	if !ok {
+		t.Fatal("no Table rules for the custom resource")
+	}
+	rows := make([]*stores.TableRow, n)
+	entries := make([]*snapshot.Entry, n)
+	for i := range n {
+		created := received.Add(-7*time.Minute - 30*time.Second - time.Duration(i)*time.Second)
+		age := duration.HumanDuration(received.Sub(created))
+		raw := fmt.Sprintf(`{"cells":["w-%d",%q,"a color of some length",%q],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"w-%d","namespace":"ns","creationTimestamp":%q,"annotations":{"age":%q,"tag":%q}}}}`,
+			i, age, age, i, created.Format(time.RFC3339), age, tag)
+		stored, _, row, err := rules.Parse([]byte(raw), received)
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", raw, err)
+		}
+		rows[i] = &stores.TableRow{Row: row}
+		entries[i] = &snapshot.Entry{Raw: stored}
+	}
+	return rows, entries
+}
+
+// TestWriteGzipTableChunks: a stitched Table response decompresses to the
+// rows rendered for its instant, through responses that reuse the chunks
+// cached on the rows (another instant whose clock cells render in the same
+// lengths, a page starting further on) and that compress rows again (clock
+// cells of other lengths, a changed preceding row).
+func TestWriteGzipTableChunks(t *testing.T) {
+	received := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	const n = 60
+	rows, entries := youngRows(t, n, received, "a")
+	// What each step changes of the page before writing it.
+	replaced := func(rows []*stores.TableRow, entries []*snapshot.Entry) ([]*stores.TableRow, []*snapshot.Entry) {
+		r, e := youngRows(t, n, received, "replaced")
+		rows, entries = slices.Clone(rows), slices.Clone(entries)
+		rows[5], entries[5] = r[5], e[5]
+		return rows, entries
+	}
+	from10 := func(rows []*stores.TableRow, entries []*snapshot.Entry) ([]*stores.TableRow, []*snapshot.Entry) {
+		return rows[10:], entries[10:]
+	}
+	// Which rows' chunks are compressed (again), by their index in the
+	// original page.
+	all := make([]int, 0, n-1)
+	for i := 1; i < n; i++ {
+		all = append(all, i)
+	}
+	// At +1s, AGE 7m30s+i becomes 7m31s+i: the rows whose AGE then
+	// renders in other lengths (7m59s to 8m, 8m to 8m1s, 8m9s to 8m10s, ...).
+	var lengthsChanged []int
+	for i := 1; i < n; i++ {
+		before := received.Sub(received.Add(-7*time.Minute - 30*time.Second - time.Duration(i)*time.Second))
+		if len(duration.HumanDuration(before)) != len(duration.HumanDuration(before+time.Second)) {
+			lengthsChanged = append(lengthsChanged, i)
+		}
+	}
+	if len(lengthsChanged) == 0 || len(lengthsChanged) == n-1 {
+		t.Fatalf("rows whose AGE changes length: %v, want some", lengthsChanged)
+	}
+	for _, step := range []struct {
+		name     string
+		now      time.Duration
+		change   func([]*stores.TableRow, []*snapshot.Entry) ([]*stores.TableRow, []*snapshot.Entry)
+		compress []int
+	}{
+		{name: "first response: every row but the first", now: 0, compress: all},
+		{name: "the same second: none", now: 300 * time.Millisecond},
+		{name: "a second later: the rows whose AGE changed length", now: time.Second, compress: lengthsChanged},
+		{name: "back to the first lengths: none (kept beside)", now: 400 * time.Millisecond},
+		{name: "a minute later, other values of the same lengths: none", now: time.Minute},
+		{name: "row 5 replaced: it and the row after it", now: time.Minute, change: replaced, compress: []int{5, 6}},
+		{name: "a page from row 10: none", now: time.Minute, change: replaced, compress: nil},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			rows, entries := rows, entries
+			if step.change != nil {
+				rows, entries = step.change(rows, entries)
+			}
+			if step.name == "a page from row 10: none" {
+				rows, entries = from10(rows, entries)
+			}
+			now := received.Add(step.now)
+			before := make([]*snapshot.GzipItem, len(entries))
+			for i, e := range entries {
+				before[i] = e.GzipCached(snapshot.GzipTableRow)
+			}
+			parts, err := wire.SplitTable(wire.TableEnvelope{GroupVersion: "v1", ListMeta: wire.ListMeta{ResourceVersion: "7"}, Columns: []byte(`[{"name":"Name"}]`)}, len(rows))
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := collection.TableOptions{GroupVersion: "v1", Include: table.IncludeMetadata}
+			want := append([]byte(nil), parts.Head...)
+			for i := range rows {
+				if i > 0 {
+					want = append(want, ',')
+				}
+				want = rows[i].Append(want, entries[i].Raw, now, opts.Include, opts.GroupVersion)
+			}
+			want = append(want, parts.Tail...)
+			var out bytes.Buffer
+			if err := writeGzipTable(&out, opts, parts, rows, entries, now); err != nil {
+				t.Fatal(err)
+			}
+			zr, err := gzip.NewReader(&out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(zr)
+			if err != nil {
+				t.Fatalf("decompressing: %v", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Fatalf("decompressed (-want +got):\n%.3000s", diff)
+			}
+			offset := 0
+			if step.name == "a page from row 10: none" {
+				offset = 10
+			}
+			var compressed []int
+			for i, e := range entries {
+				// Giving a row its ID alone compresses nothing.
+				if it := e.GzipCached(snapshot.GzipTableRow); it != before[i] && it.Chunk.Len() > 0 {
+					compressed = append(compressed, i+offset)
+				}
+			}
+			if diff := cmp.Diff(step.compress, compressed, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("rows compressed (-want +got):\n%s", diff)
 			}
 		})
 	}

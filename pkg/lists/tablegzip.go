@@ -1,0 +1,138 @@
+package lists
+
+import (
+	"compress/flate"
+	"io"
+	"time"
+
+	"github.com/listproxy/listproxy/pkg/collection"
+	"github.com/listproxy/listproxy/pkg/gzstitch"
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/table"
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// tableChunkLevel is the compress/flate level of the row chunks cached for
+// gzip Table responses. A chunk is compressed after about one row of
+// history (below); at level 1 that costs a quarter of a level-6 session,
+// whose reset clears 640 KiB of hash tables per chunk.
+const tableChunkLevel = flate.BestSpeed
+
+// tableChunkKeys is how many chunks a Table row keeps, each for other
+// lengths of its clock cells: an Age under 10 minutes renders in three
+// lengths ("7m", "7m5s", "7m30s"), one older in one or two at a time.
+const tableChunkKeys = 3
+
+var tableChunks = func() *gzstitch.Compressor {
+	c, err := gzstitch.NewCompressor(tableChunkLevel)
+	if err != nil {
+		panic(err) // a constant level in range
+	}
+	return c
+}()
+
+// writeGzipTable writes, as one gzip member, the Table response that
+// writeTable writes uncompressed for parts, rows and entries at now; the
+// entries are consecutive in key order.
+//
+// The head and the first row are compressed per response. Each later row
+// is written as its head (table.Row.AppendHead: up to its last clock cell,
+// rendered for now) in a stored block, and its tail, which is the same at
+// every instant, as a chunk cached on its entry (snapshot.GzipTableRow).
+// A chunk is compressed after the preceding row's tail, the separator and
+// the row's head with its clock cells blank (gzstitch.Blank): it cannot
+// refer to the clock cells, so it is valid after any rendering of them of
+// the same lengths. It is used where the preceding row is the one it was
+// compressed after and the clock cells' lengths and the object form are
+// the ones it was compressed for; otherwise it is compressed again and
+// cached, up to tableChunkKeys per entry.
+func writeGzipTable(w io.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) error {
+	zw := gzstitch.NewWriter(w)
+	err := writeGzipRows(zw, opts, parts, rows, entries, now)
+	if cerr := zw.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func writeGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) error {
+	pooled := tableBufs.Get().(*[]byte)
+	buf := append((*pooled)[:0], parts.Head...)
+	pooledHist := tableBufs.Get().(*[]byte)
+	hist := (*pooledHist)[:0]
+	defer func() {
+		for _, b := range []struct {
+			p   *[]byte
+			buf []byte
+		}{{pooled, buf}, {pooledHist, hist}} {
+			if cap(b.buf) <= tableBufBytes {
+				*b.p = b.buf[:0]
+				tableBufs.Put(b.p)
+			}
+		}
+	}()
+	if len(rows) > 0 {
+		buf = rows[0].Append(buf, entries[0].Raw, now, opts.Include, opts.GroupVersion)
+	}
+	if _, err := zw.Write(buf); err != nil {
+		return err
+	}
+	form := tableObjectForm(opts)
+	var prev uint64 // the GzipTableRow ID of entries[i-1]
+	if len(entries) > 0 {
+		prev = entries[0].Gzip(snapshot.GzipTableRow).ID
+	}
+	for i := 1; i < len(rows); i++ {
+		row, e := rows[i], entries[i]
+		buf = append(buf[:0], ',')
+		buf = row.AppendHead(buf, e.Raw, now)
+		if err := zw.WriteStored(buf); err != nil {
+			return err
+		}
+		lens, ok := row.ClockLens(now)
+		key := form<<56 | lens
+		it := e.Gzip(snapshot.GzipTableRow)
+		after := prev
+		prev = it.ID
+		if c := it.Find(key); ok && c != nil && c.Chunk.Len() > 0 && len(c.After) == 1 && c.After[0] == after {
+			if err := zw.WriteChunk(&c.Chunk); err != nil {
+				return err
+			}
+			continue
+		}
+		buf = row.AppendTail(buf[:0], e.Raw, opts.Include, opts.GroupVersion)
+		if !ok {
+			if _, err := zw.Write(buf); err != nil {
+				return err
+			}
+			continue
+		}
+		hist = rows[i-1].AppendTail(hist[:0], entries[i-1].Raw, opts.Include, opts.GroupVersion)
+		hist = append(hist, ',')
+		hist = row.AppendHeadBlank(hist, e.Raw, now, gzstitch.Blank)
+		s := tableChunks.NewSession()
+		s.Prime(hist)
+		c := s.Chunk(buf)
+		s.Close()
+		e.SetGzipChunkKey(snapshot.GzipTableRow, key, c, []uint64{after}, tableChunkKeys)
+		if err := zw.WriteChunk(&c); err != nil {
+			return err
+		}
+	}
+	_, err := zw.Write(parts.Tail)
+	return err
+}
+
+// tableObjectForm numbers the forms of a row's object a Table response
+// asks for, from 1: the top byte of a row chunk's key.
+func tableObjectForm(opts collection.TableOptions) uint64 {
+	switch {
+	case opts.Include == table.IncludeNone:
+		return 1
+	case opts.GroupVersion == "v1":
+		return 2
+	default:
+		return 3
+	}
+}
