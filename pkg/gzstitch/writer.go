@@ -39,6 +39,7 @@ type Writer struct {
 	crc       uint32
 	size      uint32 // mod 2^32, as ISIZE
 	closed    bool
+	stored    [5]byte // a stored block's header, here so that it is not allocated per block
 }
 
 // NewWriter returns a Writer to w and writes the gzip header (buffered).
@@ -106,8 +107,8 @@ func (z *Writer) WriteStored(p []byte) error {
 		n := min(len(p), maxStored)
 		// BFINAL 0, BTYPE 00, padded to the byte boundary that every
 		// chunk and flushed stream ends on; then LEN and NLEN.
-		hdr := [5]byte{0, byte(n), byte(n >> 8), ^byte(n), ^byte(n >> 8)}
-		if _, err := z.bw.Write(hdr[:]); err != nil {
+		z.stored = [5]byte{0, byte(n), byte(n >> 8), ^byte(n), ^byte(n >> 8)}
+		if _, err := z.bw.Write(z.stored[:]); err != nil {
 			return err
 		}
 		if _, err := z.bw.Write(p[:n]); err != nil {
