@@ -3,6 +3,7 @@ package lists
 import (
 	"compress/flate"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/listproxy/listproxy/pkg/collection"
@@ -110,18 +111,66 @@ func writeGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire
 		}
 		hist = rows[i-1].AppendTail(hist[:0], entries[i-1].Raw, opts.Include, opts.GroupVersion)
 		hist = append(hist, ',')
-		hist = row.AppendHeadBlank(hist, e.Raw, now, gzstitch.Blank)
-		s := tableChunks.NewSession()
-		s.Prime(hist)
-		c := s.Chunk(buf)
-		s.Close()
-		e.SetGzipChunkKey(snapshot.GzipTableRow, key, c, []uint64{after}, tableChunkKeys)
+		c := buildTableChunks(e, row, form, buf, hist, after, now)
 		if err := zw.WriteChunk(&c); err != nil {
 			return err
 		}
 	}
 	_, err := zw.Write(parts.Tail)
 	return err
+}
+
+// tableChunkAhead is how far ahead a row compressed again is compressed
+// for the other lengths its clock cells take: an object under 10 minutes
+// old takes three a minute, and would otherwise be compressed again at the
+// first read in each.
+const tableChunkAhead = time.Minute
+
+// buildTableChunks compresses tail, e's row's tail, after prevTail (the
+// preceding row's tail and the separator; its entry has the ID after) and
+// the row's head with its clock cells blank, caches the chunk for the
+// object form and the clock cells' lengths at now, and returns it. It also
+// compresses and caches the chunks for the other lengths the clock cells
+// take up to tableChunkAhead after now and are not cached yet, up to
+// tableChunkKeys in all.
+func buildTableChunks(e *snapshot.Entry, row *stores.TableRow, form uint64, tail, prevTail []byte, after uint64, now time.Time) gzstitch.Chunk {
+	type variant struct {
+		key uint64
+		at  time.Time
+	}
+	var variants [tableChunkKeys]variant
+	n := 0
+	for k := time.Duration(0); k < tableChunkAhead && n < len(variants); k += time.Second {
+		at := now.Add(k)
+		lens, ok := row.ClockLens(at)
+		if !ok {
+			break
+		}
+		key := form<<56 | lens
+		if !slices.ContainsFunc(variants[:n], func(v variant) bool { return v.key == key }) {
+			variants[n] = variant{key, at}
+			n++
+		}
+	}
+	cached := e.Gzip(snapshot.GzipTableRow)
+	hist := prevTail
+	var c gzstitch.Chunk
+	// Now's last: the newest of the chunks an entry keeps.
+	for k := n - 1; k >= 0; k-- {
+		v := variants[k]
+		if k > 0 {
+			if it := cached.Find(v.key); it != nil && it.Chunk.Len() > 0 && len(it.After) == 1 && it.After[0] == after {
+				continue
+			}
+		}
+		hist = row.AppendHeadBlank(hist[:len(prevTail)], e.Raw, v.at, gzstitch.Blank)
+		s := tableChunks.NewSession()
+		s.Prime(hist)
+		c = s.Chunk(tail)
+		s.Close()
+		e.SetGzipChunkKey(snapshot.GzipTableRow, v.key, c, []uint64{after}, tableChunkKeys)
+	}
+	return c
 }
 
 // tableObjectForm numbers the forms of a row's object a Table response
