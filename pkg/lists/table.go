@@ -115,7 +115,7 @@ func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOpt
 		hdr.Set("Content-Encoding", "gzip")
 		hdr.Add("Vary", "Accept-Encoding")
 		w.WriteHeader(http.StatusOK)
-		if err := writeGzipTable(w, opts, parts, rows, entries, now, tableChunkBudget); err != nil {
+		if err := writeGzipTable(w, opts, parts, rows, entries, now); err != nil {
 			klog.V(2).InfoS("Writing table response failed", "err", err)
 		}
 		return

@@ -47,20 +47,17 @@ var tableChunks = func() *gzstitch.Compressor {
 // the same lengths. It is used where the preceding row is the one it was
 // compressed after and the clock cells' lengths and the object form are
 // the ones it was compressed for; otherwise it is compressed again and
-// cached, up to tableChunkKeys per entry. At most budget chunks are
-// compressed per response (tableChunkBudget); rows missing theirs beyond
-// it are compressed in the response's own stream, at the cost they had
-// before row chunks, and the next response compresses the next ones.
-func writeGzipTable(w io.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time, budget int) error {
+// cached, up to tableChunkKeys per entry.
+func writeGzipTable(w io.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) error {
 	zw := gzstitch.NewWriter(w)
-	err := writeGzipRows(zw, opts, parts, rows, entries, now, budget)
+	err := writeGzipRows(zw, opts, parts, rows, entries, now)
 	if cerr := zw.Close(); err == nil {
 		err = cerr
 	}
 	return err
 }
 
-func writeGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time, budget int) error {
+func writeGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) error {
 	pooled := tableBufs.Get().(*[]byte)
 	buf := append((*pooled)[:0], parts.Head...)
 	pooledHist := tableBufs.Get().(*[]byte)
@@ -89,54 +86,39 @@ func writeGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire
 	}
 	for i := 1; i < len(rows); i++ {
 		row, e := rows[i], entries[i]
-		lens, ok := row.ClockLens(now)
-		key := form<<56 | lens
-		it := e.Gzip(snapshot.GzipTableRow)
-		after := prev
-		prev = it.ID
-		c := it.Find(key)
-		hit := ok && c != nil && c.Chunk.Len() > 0 && len(c.After) == 1 && c.After[0] == after
-		if !hit && (!ok || budget <= 0) {
-			// Compressed in this response's stream, as the rows around it
-			// that also missed.
-			buf = append(buf[:0], ',')
-			buf = row.Append(buf, e.Raw, now, opts.Include, opts.GroupVersion)
-			if _, err := zw.Write(buf); err != nil {
-				return err
-			}
-			continue
-		}
 		buf = append(buf[:0], ',')
 		buf = row.AppendHead(buf, e.Raw, now)
 		if err := zw.WriteStored(buf); err != nil {
 			return err
 		}
-		if hit {
+		lens, ok := row.ClockLens(now)
+		key := form<<56 | lens
+		it := e.Gzip(snapshot.GzipTableRow)
+		after := prev
+		prev = it.ID
+		if c := it.Find(key); ok && c != nil && c.Chunk.Len() > 0 && len(c.After) == 1 && c.After[0] == after {
 			if err := zw.WriteChunk(&c.Chunk); err != nil {
 				return err
 			}
 			continue
 		}
 		buf = row.AppendTail(buf[:0], e.Raw, opts.Include, opts.GroupVersion)
+		if !ok {
+			if _, err := zw.Write(buf); err != nil {
+				return err
+			}
+			continue
+		}
 		hist = rows[i-1].AppendTail(hist[:0], entries[i-1].Raw, opts.Include, opts.GroupVersion)
 		hist = append(hist, ',')
-		built, compressed := buildTableChunks(e, row, form, buf, hist, after, now)
-		budget -= compressed
-		if err := zw.WriteChunk(&built); err != nil {
+		c := buildTableChunks(e, row, form, buf, hist, after, now)
+		if err := zw.WriteChunk(&c); err != nil {
 			return err
 		}
 	}
 	_, err := zw.Write(parts.Tail)
 	return err
 }
-
-// tableChunkBudget is how many row chunks one response compresses at
-// most: a chunk costs about eight times its row's share of compressing the
-// page in one stream (two deflate blocks of a row each, one only to prime
-// the history), so a cold page of 500 rows costs about twice as much as
-// in one stream, and a walk of a cold store of old objects is warm after
-// about four walks.
-const tableChunkBudget = 128
 
 // tableChunkAhead is how far ahead a row compressed again is compressed
 // for the other lengths its clock cells take: an object under 10 minutes
@@ -150,8 +132,8 @@ const tableChunkAhead = time.Minute
 // object form and the clock cells' lengths at now, and returns it. It also
 // compresses and caches the chunks for the other lengths the clock cells
 // take up to tableChunkAhead after now and are not cached yet, up to
-// tableChunkKeys in all. compressed counts the chunks compressed.
-func buildTableChunks(e *snapshot.Entry, row *stores.TableRow, form uint64, tail, prevTail []byte, after uint64, now time.Time) (now0 gzstitch.Chunk, compressed int) {
+// tableChunkKeys in all.
+func buildTableChunks(e *snapshot.Entry, row *stores.TableRow, form uint64, tail, prevTail []byte, after uint64, now time.Time) gzstitch.Chunk {
 	type variant struct {
 		key uint64
 		at  time.Time
@@ -172,6 +154,7 @@ func buildTableChunks(e *snapshot.Entry, row *stores.TableRow, form uint64, tail
 	}
 	cached := e.Gzip(snapshot.GzipTableRow)
 	hist := prevTail
+	var c gzstitch.Chunk
 	// Now's last: the newest of the chunks an entry keeps.
 	for k := n - 1; k >= 0; k-- {
 		v := variants[k]
@@ -183,12 +166,11 @@ func buildTableChunks(e *snapshot.Entry, row *stores.TableRow, form uint64, tail
 		hist = row.AppendHeadBlank(hist[:len(prevTail)], e.Raw, v.at, gzstitch.Blank)
 		s := tableChunks.NewSession()
 		s.Prime(hist)
-		now0 = s.Chunk(tail)
+		c = s.Chunk(tail)
 		s.Close()
-		compressed++
-		e.SetGzipChunkKey(snapshot.GzipTableRow, v.key, now0, []uint64{after}, tableChunkKeys)
+		e.SetGzipChunkKey(snapshot.GzipTableRow, v.key, c, []uint64{after}, tableChunkKeys)
 	}
-	return now0, compressed
+	return c
 }
 
 // tableObjectForm numbers the forms of a row's object a Table response

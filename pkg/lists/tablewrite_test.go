@@ -197,15 +197,10 @@ func TestWriteGzipTableChunks(t *testing.T) {
 	// Within a minute, every row's AGE (7m30s+i to 8m29s+i) renders in
 	// three lengths (8m, 8m1s, 8m10s): compressed for all three at once.
 	// Three minutes on, each renders in a fourth (10m).
-	coldRows, coldEntries := youngRows(t, n, received, "cold")
-	cold := func([]*stores.TableRow, []*snapshot.Entry) ([]*stores.TableRow, []*snapshot.Entry) {
-		return coldRows, coldEntries
-	}
 	for _, step := range []struct {
 		name     string
 		now      time.Duration
 		change   func([]*stores.TableRow, []*snapshot.Entry) ([]*stores.TableRow, []*snapshot.Entry)
-		budget   int // of chunks compressed; 0: no limit
 		compress []int
 	}{
 		{name: "first response: every row but the first", now: 0, compress: all},
@@ -216,8 +211,6 @@ func TestWriteGzipTableChunks(t *testing.T) {
 		{name: "row 5 replaced: it and the row after it", now: time.Minute, change: replaced, compress: []int{5, 6}},
 		{name: "a page from row 10: none", now: time.Minute, change: replaced, compress: nil},
 		{name: "three minutes later, AGE in a length not cached: every row but the first", now: 3 * time.Minute, compress: all},
-		{name: "a cold page, 10 chunks at most: rows 1 to 4, three lengths each", change: cold, budget: 10, compress: []int{1, 2, 3, 4}},
-		{name: "the next response: rows 5 to 8", change: cold, budget: 10, compress: []int{5, 6, 7, 8}},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			rows, entries := rows, entries
@@ -245,12 +238,8 @@ func TestWriteGzipTableChunks(t *testing.T) {
 				want = rows[i].Append(want, entries[i].Raw, now, opts.Include, opts.GroupVersion)
 			}
 			want = append(want, parts.Tail...)
-			budget := step.budget
-			if budget == 0 {
-				budget = len(rows) * tableChunkKeys
-			}
 			var out bytes.Buffer
-			if err := writeGzipTable(&out, opts, parts, rows, entries, now, budget); err != nil {
+			if err := writeGzipTable(&out, opts, parts, rows, entries, now); err != nil {
 				t.Fatal(err)
 			}
 			zr, err := gzip.NewReader(&out)
