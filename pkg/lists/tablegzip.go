@@ -59,7 +59,8 @@ func writeGzipTable(w io.Writer, opts collection.TableOptions, parts wire.ListPa
 
 func writeGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) error {
 	pooled := tableBufs.Get().(*[]byte)
-	buf := append((*pooled)[:0], parts.Head...)
+	buf := (*pooled)[:0]
+	buf = append(buf, parts.Head...)
 	pooledHist := tableBufs.Get().(*[]byte)
 	hist := (*pooledHist)[:0]
 	defer func() {
