@@ -774,7 +774,6 @@ func TestTableDifferential(t *testing.T) {
 			{name: "pretty user agent", query: url.Values{"limit": {"500"}}, accept: acceptTableKubectl, userAgent: "curl/8.5.0", wantCode: http.StatusOK, servedFrom: "apiserver"},
 			{name: "pretty=true", query: url.Values{"limit": {"500"}, "pretty": {"true"}}, accept: acceptTableKubectl, wantCode: http.StatusOK, servedFrom: "apiserver"},
 			{name: "watch_served", query: url.Values{"watch": {"true"}, "resourceVersion": {rv}, "timeoutSeconds": {"1"}}, accept: acceptTableKubectl, wantCode: http.StatusOK, servedFrom: "snapshot"},
-			{name: "watch_with_bookmarks", query: url.Values{"watch": {"true"}, "resourceVersion": {rv}, "timeoutSeconds": {"1"}, "allowWatchBookmarks": {"true"}}, accept: acceptTableKubectl, wantCode: http.StatusOK, servedFrom: "apiserver"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				hdr := http.Header{"Accept": {tc.accept}}
