@@ -219,6 +219,20 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
+// memberValue returns the raw value of the first member of the JSON object
+// b named name (unquoted), or nil when b has no such member.
+func memberValue(b []byte, name string) ([]byte, error) {
+	var found []byte
+	err := eachMember(b, func(key, value []byte) (bool, error) {
+		if keyIs(key, name) {
+			found = value
+			return false, nil
+		}
+		return true, nil
+	})
+	return found, err
+}
+
 // eachMember calls fn for each member of the JSON object b (b is exactly one
 // object, as returned by valueEnd). key is the raw key including quotes;
 // value is the raw value. fn returns false to stop early.

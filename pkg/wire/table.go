@@ -133,14 +133,7 @@ func AppendTableWatchEvent(dst []byte, t EventType, groupVersion, rv string, col
 // that stops matching a watch's selectors as DELETED at the event's
 // resourceVersion.
 func SetTableRowResourceVersion(row []byte, rv string) ([]byte, error) {
-	var object []byte
-	err := eachMember(row, func(key, value []byte) (bool, error) {
-		if keyIs(key, "object") {
-			object = value
-			return false, nil
-		}
-		return true, nil
-	})
+	object, err := memberValue(row, "object")
 	if err != nil {
 		return nil, err
 	}
@@ -184,14 +177,7 @@ const initialEventsEndMember = `,"annotations":{"` + initialEventsEndAnnotation 
 // object may be a PartialObjectMetadata or a whole object (a feed with
 // includeObject=Object); only its metadata is kept.
 func ParseTableBookmark(row []byte, rv string) (TableBookmark, error) {
-	var object []byte
-	err := eachMember(row, func(key, value []byte) (bool, error) {
-		if keyIs(key, "object") {
-			object = value
-			return false, nil
-		}
-		return true, nil
-	})
+	object, err := memberValue(row, "object")
 	if err != nil {
 		return TableBookmark{}, fmt.Errorf("table bookmark row: %w", err)
 	}
@@ -202,14 +188,7 @@ func ParseTableBookmark(row []byte, rv string) (TableBookmark, error) {
 	if string(row[end:]) != "}" {
 		return TableBookmark{}, malformed("table bookmark row: members after the object")
 	}
-	var meta []byte
-	err = eachMember(object, func(key, value []byte) (bool, error) {
-		if keyIs(key, "metadata") {
-			meta = value
-			return false, nil
-		}
-		return true, nil
-	})
+	meta, err := memberValue(object, "metadata")
 	if err != nil {
 		return TableBookmark{}, fmt.Errorf("table bookmark object: %w", err)
 	}
