@@ -49,12 +49,8 @@ func benchTableRows(b *testing.B, n int, age time.Duration) ([]*stores.TableRow,
 		received := pod.Metadata.CreationTimestamp.Add(age)
 		row := fmt.Sprintf(`{"cells":[%q,"2/2","Running","0",%q,"10.20.%d.%d","node-%d","\u003cnone\u003e","\u003cnone\u003e"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":%s}}`,
 			p.Name, duration.HumanDuration(age), i/250, i%250, i%500, raw.Metadata)
-		stored, _, r, err := rules.Parse([]byte(row), received)
-		if err != nil {
-			b.Fatalf("Parse(%s): %v", row, err)
-		}
-		rows[i] = &stores.TableRow{Row: r}
-		entries[i] = &snapshot.Entry{Key: p.Key, Raw: stored}
+		rows[i], entries[i] = parseTableRow(b, rules, row, received)
+		entries[i].Key = p.Key
 	}
 	return rows, entries
 }

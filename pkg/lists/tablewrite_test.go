@@ -24,6 +24,17 @@ import (
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
+// parseTableRow is the row raw as a Table store holds it, received at
+// received: its Row and its entry.
+func parseTableRow(tb testing.TB, rules table.Rules, raw string, received time.Time) (*stores.TableRow, *snapshot.Entry) {
+	tb.Helper()
+	stored, _, row, err := rules.Parse([]byte(raw), received)
+	if err != nil {
+		tb.Fatalf("Parse(%s): %v", raw, err)
+	}
+	return &stores.TableRow{Row: row}, &snapshot.Entry{Raw: stored}
+}
+
 // tableRows returns n configmap rows as a Table store holds them, created
 // 90 minutes before they were received.
 func tableRows(t *testing.T, n int, created time.Time) ([]*stores.TableRow, []*snapshot.Entry) {
@@ -38,12 +49,7 @@ func tableRows(t *testing.T, n int, created time.Time) ([]*stores.TableRow, []*s
 	for i := range n {
 		raw := fmt.Sprintf(`{"cells":["cm-%d",1,"90m"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"cm-%d","namespace":"ns","creationTimestamp":%q}}}`,
 			i, i, created.Format(time.RFC3339))
-		stored, _, row, err := rules.Parse([]byte(raw), received)
-		if err != nil {
-			t.Fatalf("Parse(%s): %v", raw, err)
-		}
-		rows[i] = &stores.TableRow{Row: row}
-		entries[i] = &snapshot.Entry{Raw: stored}
+		rows[i], entries[i] = parseTableRow(t, rules, raw, received)
 	}
 	return rows, entries
 }
@@ -159,12 +165,7 @@ func youngRows(t *testing.T, n int, received time.Time, tag string) ([]*stores.T
 		age := duration.HumanDuration(received.Sub(created))
 		raw := fmt.Sprintf(`{"cells":["w-%d",%q,"a color of some length",%q],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"w-%d","namespace":"ns","creationTimestamp":%q,"annotations":{"age":%q,"tag":%q}}}}`,
 			i, age, age, i, created.Format(time.RFC3339), age, tag)
-		stored, _, row, err := rules.Parse([]byte(raw), received)
-		if err != nil {
-			t.Fatalf("Parse(%s): %v", raw, err)
-		}
-		rows[i] = &stores.TableRow{Row: row}
-		entries[i] = &snapshot.Entry{Raw: stored}
+		rows[i], entries[i] = parseTableRow(t, rules, raw, received)
 	}
 	return rows, entries
 }
