@@ -116,10 +116,7 @@ func (a *APIServer) Start(ctx context.Context) error {
 // Stop stops the apiserver (resuming it first if paused); its port and
 // flags are kept for Start.
 func (a *APIServer) Stop() error {
-	a.mu.Lock()
-	p := a.p
-	a.p = nil
-	a.mu.Unlock()
+	p := a.take()
 	if p == nil {
 		return nil
 	}
@@ -131,14 +128,20 @@ func (a *APIServer) Stop() error {
 // are reset, no goaway, no retry-after), and waits for the exit; Start
 // starts it again.
 func (a *APIServer) Kill() error {
-	a.mu.Lock()
-	p := a.p
-	a.p = nil
-	a.mu.Unlock()
+	p := a.take()
 	if p == nil {
 		return nil
 	}
 	return p.Kill()
+}
+
+// take clears the running process and returns it, nil when stopped.
+func (a *APIServer) take() *Process {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.p
+	a.p = nil
+	return p
 }
 
 // Process returns the running process, nil when stopped.

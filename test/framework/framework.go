@@ -714,11 +714,17 @@ func (cp *ControlPlane) startProcess(slot **Process, name, bin string, args []st
 	return p, nil
 }
 
-func (cp *ControlPlane) stopProcess(slot **Process) error {
+// takeProcess empties slot and returns what it held, nil when stopped.
+func (cp *ControlPlane) takeProcess(slot **Process) *Process {
 	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	p := *slot
 	*slot = nil
-	cp.mu.Unlock()
+	return p
+}
+
+func (cp *ControlPlane) stopProcess(slot **Process) error {
+	p := cp.takeProcess(slot)
 	if p == nil {
 		return nil
 	}
@@ -731,10 +737,7 @@ func (cp *ControlPlane) stopProcess(slot **Process) error {
 }
 
 func (cp *ControlPlane) killProcess(slot **Process) error {
-	cp.mu.Lock()
-	p := *slot
-	*slot = nil
-	cp.mu.Unlock()
+	p := cp.takeProcess(slot)
 	if p == nil {
 		return nil
 	}

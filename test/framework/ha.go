@@ -107,9 +107,9 @@ func (h *HA) StartAPIServer(ctx context.Context, i int) error {
 // that keeps its connections, and waits until the balancer's probe has
 // taken it out of rotation. ctx bounds the wait.
 func (h *HA) PauseAPIServer(ctx context.Context, i int) error {
-	p := h.apiserverProcess(i)
-	if p == nil {
-		return fmt.Errorf("kube-apiserver %d is not running", i)
+	p, err := h.apiserverProcess(i)
+	if err != nil {
+		return err
 	}
 	if err := p.Pause(); err != nil {
 		return err
@@ -120,9 +120,9 @@ func (h *HA) PauseAPIServer(ctx context.Context, i int) error {
 // ResumeAPIServer continues kube-apiserver i and waits until the balancer
 // sends it connections again. ctx bounds the wait.
 func (h *HA) ResumeAPIServer(ctx context.Context, i int) error {
-	p := h.apiserverProcess(i)
-	if p == nil {
-		return fmt.Errorf("kube-apiserver %d is not running", i)
+	p, err := h.apiserverProcess(i)
+	if err != nil {
+		return err
 	}
 	if err := p.Resume(); err != nil {
 		return err
@@ -130,11 +130,19 @@ func (h *HA) ResumeAPIServer(ctx context.Context, i int) error {
 	return h.waitBalanced(ctx, i, true)
 }
 
-func (h *HA) apiserverProcess(i int) *Process {
+// apiserverProcess returns kube-apiserver i's process, an error when it is
+// not running.
+func (h *HA) apiserverProcess(i int) (*Process, error) {
+	var p *Process
 	if i == 0 {
-		return h.CP.APIServerProcess()
+		p = h.CP.APIServerProcess()
+	} else {
+		p = h.more[i-1].Process()
 	}
-	return h.more[i-1].Process()
+	if p == nil {
+		return nil, fmt.Errorf("kube-apiserver %d is not running", i)
+	}
+	return p, nil
 }
 
 // waitBalanced waits until the balancer's probe of apiserver i says ready.
