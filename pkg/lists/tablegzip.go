@@ -97,7 +97,7 @@ func writeGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire
 		it := e.Gzip(snapshot.GzipTableRow)
 		after := prev
 		prev = it.ID
-		if c := it.Find(key); ok && c != nil && c.Chunk.Len() > 0 && len(c.After) == 1 && c.After[0] == after {
+		if c := it.Find(key); ok && chunkAfter(c, after) {
 			if err := zw.WriteChunk(&c.Chunk); err != nil {
 				return err
 			}
@@ -160,7 +160,7 @@ func buildTableChunks(e *snapshot.Entry, row *stores.TableRow, form uint64, tail
 	for k := n - 1; k >= 0; k-- {
 		v := variants[k]
 		if k > 0 {
-			if it := cached.Find(v.key); it != nil && it.Chunk.Len() > 0 && len(it.After) == 1 && it.After[0] == after {
+			if chunkAfter(cached.Find(v.key), after) {
 				continue
 			}
 		}
@@ -172,6 +172,12 @@ func buildTableChunks(e *snapshot.Entry, row *stores.TableRow, form uint64, tail
 		e.SetGzipChunkKey(snapshot.GzipTableRow, v.key, c, []uint64{after}, tableChunkKeys)
 	}
 	return c
+}
+
+// chunkAfter reports whether it is a built row chunk compressed after the
+// entry with GzipTableRow ID after.
+func chunkAfter(it *snapshot.GzipItem, after uint64) bool {
+	return it != nil && it.Chunk.Len() > 0 && len(it.After) == 1 && it.After[0] == after
 }
 
 // tableObjectForm numbers the forms of a row's object a Table response
