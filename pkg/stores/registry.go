@@ -478,7 +478,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 	e.source = &apiSource{client: reg.client, host: strings.TrimSuffix(reg.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
 	extract := newExtractor(info, format)
 	if format == wire.Table {
-		e.source.table = &tableFeed{rules: info.Table, columnNames: info.TableColumns}
+		e.source.table = &tableFeed{rules: info.Table, columnNames: info.TableColumns, watchLists: reg.catalog.watchListDefaults}
 		extract = newTableExtractor(info, e.source.table, reg.clock.Now, func(err error) { reg.refuseTables(info, err) })
 	}
 	e.ctx, e.cancel = context.WithCancel(reg.ctx)

@@ -74,7 +74,10 @@ type tableFeed struct {
 	// must render (a custom resource's, from its CRD): a Table under
 	// others is the apiserver's before it applied a change to the CRD.
 	columnNames []string
-	head        atomic.Pointer[TableHead]
+	// watchLists reports whether the apiserver serves watch-lists, which
+	// the bookmark row is first asked with; nil means it does.
+	watchLists func() bool
+	head       atomic.Pointer[TableHead]
 	// mu orders column changes; reads of head do not take it.
 	mu sync.Mutex
 }
@@ -207,9 +210,11 @@ func (s *apiSource) listTable(ctx context.Context, q url.Values, continueToken s
 			return env, err
 		}
 		s.table.setNullRows(null)
-		if err := s.learnTableBookmark(ctx, env.ListMeta.ResourceVersion); err != nil {
-			// Learned later from the feed's own bookmarks.
-			klog.V(2).InfoS("Table bookmark row not learned at list", "path", s.path, "err", err)
+		// Otherwise, or when this fails, the feed's own bookmarks teach it.
+		if s.table.watchLists == nil || s.table.watchLists() {
+			if err := s.learnTableBookmark(ctx, env.ListMeta.ResourceVersion); err != nil {
+				klog.V(2).InfoS("Table bookmark row not learned at list", "path", s.path, "err", err)
+			}
 		}
 	}
 	return env, nil
@@ -222,8 +227,8 @@ const tableBookmarkWait = 5 * time.Second
 
 // learnTableBookmark asks the apiserver for the row of a Table BOOKMARK:
 // the end bookmark of a Table watch-list from rv that selects no object.
-// An apiserver that refuses watch-lists (its WatchList feature off) gives
-// none; the feed's periodic bookmarks teach it later.
+// An apiserver that refuses watch-lists (its WatchList feature off) is not
+// asked; the feed's periodic bookmarks teach it later.
 func (s *apiSource) learnTableBookmark(ctx context.Context, rv string) error {
 	ctx, cancel := context.WithTimeout(ctx, tableBookmarkWait)
 	defer cancel()

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -150,6 +153,43 @@ func TestTableWatchLearnsBookmark(t *testing.T) {
 			feed.setColumns([]byte(`[]`))
 			if got := feed.head.Load().Bookmark; got != nil {
 				t.Errorf("bookmark row under new columns = %+v, want none", got)
+			}
+		})
+	}
+}
+
+// TestTableListAsksBookmarkRow: a Table store's list asks the apiserver
+// for the bookmark row with one watch-list selecting nothing, and only
+// where the apiserver serves watch-lists; one that refuses them is not
+// sent a request bound to fail.
+func TestTableListAsksBookmarkRow(t *testing.T) {
+	const empty = `{"kind":"Table","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"5"},"columnDefinitions":[{"name":"Name","type":"string"}],"rows":[]}`
+	for _, tc := range []struct {
+		name       string
+		watchLists func() bool
+		wantAsked  int
+	}{
+		{"serves watch-lists", func() bool { return true }, 1},
+		{"refuses watch-lists", func() bool { return false }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var asked atomic.Int32
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Query().Get("watch") == "true" {
+					asked.Add(1)
+					http.Error(w, "no watch here", http.StatusUnprocessableEntity)
+					return
+				}
+				_, _ = io.WriteString(w, empty)
+			}))
+			defer up.Close()
+			src := &apiSource{client: up.Client(), host: up.URL, path: "/api/v1/configmaps", format: wire.Table,
+				table: &tableFeed{watchLists: tc.watchLists}}
+			if _, err := src.List(t.Context(), 500, "", func([]byte) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if got := int(asked.Load()); got != tc.wantAsked {
+				t.Errorf("%d watch-lists asked for the bookmark row, want %d", got, tc.wantAsked)
 			}
 		})
 	}
