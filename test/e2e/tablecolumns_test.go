@@ -28,7 +28,7 @@ func TestTableCRDColumnsChange(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	installTableCRDs(ctx, t, cp)
+	installTableCRDs(ctx, t, cp, tableCRDs)
 	const ns = "columns"
 	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
 		t.Fatal(err)

@@ -291,7 +291,7 @@ func seedTableWorld(t *testing.T, cp *framework.ControlPlane) tableWorld {
 	}
 
 	// Custom resources.
-	installTableCRDs(ctx, t, cp)
+	installTableCRDs(ctx, t, cp, tableCRDs)
 	for i, ns := range []string{tableNSA, tableNSA, tableNSB} {
 		spec := map[string]any{"color": colors[i], "size": int64(i), "note": fmt.Sprintf("note %d", i), "firedAt": now.Add(-time.Duration(i+1) * 7 * time.Minute).UTC().Format(time.RFC3339)}
 		for _, gvr := range []schema.GroupVersionResource{gadgetGVR, plainthingGVR, timerGVR} {
@@ -310,9 +310,12 @@ func seedTableWorld(t *testing.T, cp *framework.ControlPlane) tableWorld {
 
 var tableCRDKinds = map[string]string{"gadgets": "Gadget", "plainthings": "Plainthing", "timers": "Timer"}
 
-// installTableCRDs creates the gadgets, plainthings and timers CRDs and
-// waits until each is served.
-func installTableCRDs(ctx context.Context, t *testing.T, cp *framework.ControlPlane) {
+// tableCRDs are the custom resources of the Table fixtures.
+var tableCRDs = []schema.GroupVersionResource{gadgetGVR, plainthingGVR, timerGVR}
+
+// installTableCRDs creates the CRDs of gvrs, of tableCRDs, and waits until
+// each is served.
+func installTableCRDs(ctx context.Context, t *testing.T, cp *framework.ControlPlane, gvrs []schema.GroupVersionResource) {
 	t.Helper()
 	client := apiextensionsclient.NewForConfigOrDie(cp.AdminConfig)
 	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig)
@@ -329,7 +332,7 @@ func installTableCRDs(ctx context.Context, t *testing.T, cp *framework.ControlPl
 			{Name: "Fired", Type: "date", JSONPath: ".spec.firedAt"},
 		},
 	}
-	for _, gvr := range []schema.GroupVersionResource{gadgetGVR, plainthingGVR, timerGVR} {
+	for _, gvr := range gvrs {
 		kind := tableCRDKinds[gvr.Resource]
 		crd := &apiextensionsv1.CustomResourceDefinition{
 			ObjectMeta: metav1.ObjectMeta{Name: gvr.Resource + "." + gvr.Group},

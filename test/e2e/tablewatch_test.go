@@ -18,11 +18,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/listproxy/listproxy/pkg/httpapi"
+	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
 	"github.com/listproxy/listproxy/test/framework/binaries"
 )
@@ -100,7 +103,10 @@ var ageCell = regexp.MustCompile(`^"([0-9]+)s"$`)
 // leaving a label selector (its previous row at the change's
 // resourceVersion), both meta.k8s.io versions and includeObject=None.
 // Age cells, rendered when each side wrote its event, may differ by the
-// second that passed between them, and by no more.
+// second that passed between them, and by no more. Table watch-lists and
+// watches with bookmarks are compared for a metadata feed (configmaps),
+// an object feed (pods) and a custom resource with printer columns
+// (gadgets), each with its own bookmark row.
 func TestTableWatchDifferential(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -121,11 +127,31 @@ func TestTableWatchDifferential(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	installTableCRDs(ctx, t, cp, []schema.GroupVersionResource{gadgetGVR})
+	dyn := dynamic.NewForConfigOrDie(cp.AdminConfig)
+	createGadget := func(ctx context.Context, name string) error {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": gadgetGVR.GroupVersion().String(), "kind": tableCRDKinds[gadgetGVR.Resource],
+			"metadata": map[string]any{"name": name},
+			"spec":     map[string]any{"color": "red", "size": int64(len(name)), "note": "n"},
+		}}
+		_, err := dyn.Resource(gadgetGVR).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+		return err
+	}
+	for i := range 2 {
+		if err := createGadget(ctx, fmt.Sprintf("gadget-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	lp := framework.StartListproxy(t, cp, "--serve-watches", "--etcd-servers="+cp.EtcdEndpoint)
 	lpc := newRawClient(t, lp.Config())
 	apic := newRawClient(t, cp.AdminConfig)
 	cmPath, podPath := "/api/v1/namespaces/"+ns+"/configmaps", "/api/v1/namespaces/"+ns+"/pods"
-	for _, p := range []string{cmPath, podPath} {
+	gadgetPath := "/apis/" + gadgetGVR.GroupVersion().String() + "/namespaces/" + ns + "/gadgets"
+	// Every store starts now: where the apiserver refuses watch-lists,
+	// each learns its bookmark row from its feed's first periodic
+	// bookmark, about a minute from now, all at about the same time.
+	for _, p := range []string{cmPath, podPath, gadgetPath} {
 		if err := framework.WarmTable(ctx, lpc.client, lpc.base, p); err != nil {
 			t.Fatal(err)
 		}
@@ -219,8 +245,6 @@ func TestTableWatchDifferential(t *testing.T) {
 		})
 	}
 
-	t.Run("bookmarks", func(t *testing.T) { checkTableWatchBookmarks(ctx, t, cs, lp, lpc, apic, cmPath) })
-
 	// kubectl get -w itself: its Table LIST and its Table watch from the
 	// list's resourceVersion are served from snapshots, and it prints a
 	// change made while it watches.
@@ -265,6 +289,24 @@ func TestTableWatchDifferential(t *testing.T) {
 			t.Fatalf("kubectl get -w did not print the new configmap: %v\n%s", err, stdout.String())
 		}
 	})
+
+	// Last: where the apiserver refuses watch-lists, the watches from N
+	// wait for the stores' bookmark rows.
+	t.Run("bookmarks", func(t *testing.T) {
+		checkTableWatchBookmarks(ctx, t, lp, lpc, apic, []tableBookmarkTarget{
+			{name: "configmaps", gvr: corev1.SchemeGroupVersion.WithResource("configmaps"), path: cmPath, write: func(ctx context.Context) error {
+				_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-bookmark"}}, metav1.CreateOptions{})
+				return err
+			}},
+			{name: "pods", gvr: corev1.SchemeGroupVersion.WithResource("pods"), path: podPath, write: func(ctx context.Context) error {
+				_, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, "pod-bookmark", 3), metav1.CreateOptions{})
+				return err
+			}},
+			{name: "gadgets", gvr: gadgetGVR, path: gadgetPath, write: func(ctx context.Context) error {
+				return createGadget(ctx, "gadget-bookmark")
+			}},
+		})
+	})
 }
 
 // syncBuffer is a bytes.Buffer safe for a process writing and a test
@@ -286,17 +328,30 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// checkTableWatchBookmarks: Table watch-lists (consistent, from
-// resourceVersion 0, with includeObject=None, in meta.k8s.io/v1beta1) and
-// a Table watch from N with bookmarks equal the apiserver's: the ADDED
-// events in its order, the columns on the first event only, the end
-// bookmark with its k8s.io/initial-events-end annotation (whose object the
-// apiserver sends also for includeObject=None), the bookmark before the
-// deadline with the row of an empty object. Where the apiserver serves
-// watch-lists they are served from snapshots; elsewhere (its WatchList
-// feature off) the store has not learned the bookmark row at start and
-// they pass through.
-func checkTableWatchBookmarks(ctx context.Context, t *testing.T, cs *kubernetes.Clientset, lp *framework.Listproxy, lpc, apic rawClient, path string) {
+// tableBookmarkTarget is a collection of tableWatchNS whose Table
+// watch-lists and watches with bookmarks checkTableWatchBookmarks compares.
+type tableBookmarkTarget struct {
+	name string
+	gvr  schema.GroupVersionResource
+	path string
+	// write makes one change to the collection.
+	write func(ctx context.Context) error
+}
+
+// checkTableWatchBookmarks: for each target, Table watch-lists
+// (consistent, from resourceVersion 0, with includeObject=None, in
+// meta.k8s.io/v1beta1) and a Table watch from N with bookmarks equal the
+// apiserver's: the ADDED events in its order, the columns on the first
+// event only, the end bookmark with its k8s.io/initial-events-end
+// annotation (whose object the apiserver sends also for
+// includeObject=None), the bookmark before the deadline with the row of an
+// empty object. Where the apiserver serves watch-lists they are served
+// from snapshots. Elsewhere (its WatchList feature off) the stores learn
+// the bookmark row only from their feeds' periodic bookmarks, about a
+// minute after they started: until then the watch-lists pass through for
+// the apiserver's 422, so they are checked first, and the watches from N
+// wait for the row, side by side, then are served and compared.
+func checkTableWatchBookmarks(ctx context.Context, t *testing.T, lp *framework.Listproxy, lpc, apic rawClient, targets []tableBookmarkTarget) {
 	v, err := binaries.KubeVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -306,11 +361,10 @@ func checkTableWatchBookmarks(ctx context.Context, t *testing.T, cs *kubernetes.
 		t.Fatal(err)
 	}
 	watchLists, _, _ := releaseGates(minor)
-	wantFrom := httpapi.SourceSnapshot
-	if !watchLists {
-		wantFrom = httpapi.SourceAPIServer
+	passedThrough := func() float64 {
+		return framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_watch_passed_through_total", `reason="table_watch"`)
 	}
-	before := framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_watch_passed_through_total", `reason="table_watch"`)
+	before := passedThrough()
 	list := url.Values{"watch": {"true"}, "sendInitialEvents": {"true"}, "allowWatchBookmarks": {"true"}, "resourceVersionMatch": {"NotOlderThan"}, "timeoutSeconds": {"5"}}
 	with := func(q url.Values, kv ...string) url.Values {
 		q2 := url.Values{}
@@ -322,7 +376,6 @@ func checkTableWatchBookmarks(ctx context.Context, t *testing.T, cs *kubernetes.
 		}
 		return q2
 	}
-	n := len(tableWatchObjects(ctx, t, cs))
 	v1beta1 := "application/json;as=Table;v=v1beta1;g=meta.k8s.io"
 	cases := []struct {
 		name   string
@@ -340,92 +393,133 @@ func checkTableWatchBookmarks(ctx context.Context, t *testing.T, cs *kubernetes.
 			q      url.Values
 		}{"watch_list_rv_0", kubectlTableAccept, url.Values{"watch": {"true"}, "resourceVersion": {"0"}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"5"}}})
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if !watchLists {
-				// The apiserver's own answer, passed through: its 422.
-				code, hdr, _, err := lpc.get(ctx, path, tc.q, tc.accept)
-				if err != nil || code != http.StatusUnprocessableEntity || hdr.Get(httpapi.HeaderServedFrom) != httpapi.SourceAPIServer {
-					t.Fatalf("Table watch-list: %d from %q, %v; want the apiserver's 422", code, hdr.Get(httpapi.HeaderServedFrom), err)
-				}
-				return
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			n := countItems(ctx, t, apic, tg.path)
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					if !watchLists {
+						// The apiserver's own answer, passed through: its 422.
+						code, hdr, _, err := lpc.get(ctx, tg.path, tc.q, tc.accept)
+						if err != nil || code != http.StatusUnprocessableEntity || hdr.Get(httpapi.HeaderServedFrom) != httpapi.SourceAPIServer {
+							t.Fatalf("Table watch-list: %d from %q, %v; want the apiserver's 422", code, hdr.Get(httpapi.HeaderServedFrom), err)
+						}
+						return
+					}
+					wctx, cancel := context.WithCancel(ctx)
+					defer cancel()
+					lpr, hdr := openTableWatch(wctx, t, lpc, tg.path, tc.accept, tc.q)
+					if got := hdr.Get(httpapi.HeaderServedFrom); got != httpapi.SourceSnapshot {
+						t.Fatalf("served from %q, want %q", got, httpapi.SourceSnapshot)
+					}
+					apir, _ := openTableWatch(wctx, t, apic, tg.path, tc.accept, tc.q)
+					got, gotRaw := readTableEvents(t, lpr, n+1)
+					want, wantRaw := readTableEvents(t, apir, n+1)
+					// The end bookmarks' resourceVersions are each server's
+					// (consistent: proven by each on its own).
+					end := n
+					if want[end].Type != "BOOKMARK" || !bytes.Contains(wantRaw[end], []byte(`"annotations":{"k8s.io/initial-events-end":"true"}`)) {
+						t.Fatalf("the apiserver's event %d: want the end bookmark: %s", end, wantRaw[end])
+					}
+					gotRaw[end] = sameBookmarkRV(t, gotRaw[end], wantRaw[end], maxRVEvent(gotRaw[:end]))
+					got[end] = decodeTableEvent(t, gotRaw[end])
+					compareTableEvents(t, got, want, gotRaw, wantRaw)
+				})
 			}
-			wctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			lpr, hdr := openTableWatch(wctx, t, lpc, path, tc.accept, tc.q)
-			if got := hdr.Get(httpapi.HeaderServedFrom); got != wantFrom {
-				t.Fatalf("served from %q, want %q", got, wantFrom)
-			}
-			apir, _ := openTableWatch(wctx, t, apic, path, tc.accept, tc.q)
-			got, gotRaw := readTableEvents(t, lpr, n+1)
-			want, wantRaw := readTableEvents(t, apir, n+1)
-			// The end bookmarks' resourceVersions are each server's
-			// (consistent: proven by each on its own).
-			end := n
-			if want[end].Type != "BOOKMARK" || !bytes.Contains(wantRaw[end], []byte(`"annotations":{"k8s.io/initial-events-end":"true"}`)) {
-				t.Fatalf("the apiserver's event %d: want the end bookmark: %s", end, wantRaw[end])
-			}
-			gotRaw[end] = sameBookmarkRV(t, gotRaw[end], wantRaw[end], maxRVEvent(gotRaw[:end]))
-			got[end] = decodeTableEvent(t, gotRaw[end])
-			compareTableEvents(t, got, want, gotRaw, wantRaw)
 		})
 	}
 	t.Run("watch_from_rv", func(t *testing.T) {
-		_, _, body, err := apic.get(ctx, path, url.Values{"limit": {"1"}}, "application/json")
-		if err != nil {
-			t.Fatal(err)
+		for _, tg := range targets {
+			t.Run(tg.name, func(t *testing.T) {
+				t.Parallel()
+				checkTableWatchFromRV(ctx, t, lp, lpc, apic, tg, watchLists)
+			})
 		}
-		var l struct {
-			Metadata struct{ ResourceVersion string } `json:"metadata"`
-		}
-		if err := json.Unmarshal(body, &l); err != nil {
-			t.Fatal(err)
-		}
-		q := url.Values{"watch": {"true"}, "resourceVersion": {l.Metadata.ResourceVersion}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"4"}}
-		wctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		lpr, hdr := openTableWatch(wctx, t, lpc, path, kubectlTableAccept, q)
-		from := hdr.Get(httpapi.HeaderServedFrom)
-		if !watchLists && from == httpapi.SourceAPIServer {
-			// Where watch-lists are refused the store learns the
-			// bookmark row only from its feed's periodic bookmarks (about
-			// a minute in); until then the watch passes through, and a
-			// second watcher of the same options on the apiserver would
-			// change the first one's events. Once learned, it is served
-			// and compared below.
-			return
-		}
-		if from != httpapi.SourceSnapshot {
-			t.Fatalf("served from %q, want %q", from, httpapi.SourceSnapshot)
-		}
-		apir, _ := openTableWatch(wctx, t, apic, path, kubectlTableAccept, q)
-		// One change, then the bookmark before the deadline (2 s in).
-		if _, err := cs.CoreV1().ConfigMaps(tableWatchNS).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-bookmark"}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		got, gotRaw := readTableEvents(t, lpr, 2)
-		want, wantRaw := readTableEvents(t, apir, 2)
-		if want[1].Type != "BOOKMARK" {
-			t.Fatalf("the apiserver's second event: want a bookmark: %s", wantRaw[1])
-		}
-		gotRaw[1] = sameBookmarkRV(t, gotRaw[1], wantRaw[1], gotRaw[0])
-		got[1] = decodeTableEvent(t, gotRaw[1])
-		compareTableEvents(t, got, want, gotRaw, wantRaw)
 	})
-	after := framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_watch_passed_through_total", `reason="table_watch"`)
-	if watchLists && after != before {
+	if after := passedThrough(); watchLists && after != before {
 		t.Errorf("Table watches with bookmarks passed through (table_watch): %v, want none", after-before)
 	}
 }
 
-// tableWatchObjects lists the objects of the test's configmaps.
-func tableWatchObjects(ctx context.Context, t *testing.T, cs *kubernetes.Clientset) []corev1.ConfigMap {
-	t.Helper()
-	l, err := cs.CoreV1().ConfigMaps(tableWatchNS).List(ctx, metav1.ListOptions{})
+// checkTableWatchFromRV: a Table watch of tg from the apiserver's latest
+// resourceVersion with bookmarks, served from its store, equals the
+// apiserver's: one change, then the bookmark before the deadline. Where
+// the apiserver refuses watch-lists it first waits until the store has
+// learned the bookmark row.
+func checkTableWatchFromRV(ctx context.Context, t *testing.T, lp *framework.Listproxy, lpc, apic rawClient, tg tableBookmarkTarget, watchLists bool) {
+	if !watchLists {
+		// Until the row is learned the watch passes through, and a
+		// second watcher of the same options on the apiserver would
+		// change the compared watchers' events: the store is asked, not
+		// the apiserver.
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+			return tableBookmarkLearned(lp, tg.gvr), nil
+		}); err != nil {
+			t.Fatalf("the Table store of %s did not learn the bookmark row from its feed: %v", tg.gvr.Resource, err)
+		}
+	}
+	_, _, body, err := apic.get(ctx, tg.path, url.Values{"limit": {"1"}}, "application/json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l.Items
+	var l struct {
+		Metadata struct{ ResourceVersion string } `json:"metadata"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		t.Fatal(err)
+	}
+	q := url.Values{"watch": {"true"}, "resourceVersion": {l.Metadata.ResourceVersion}, "allowWatchBookmarks": {"true"}, "timeoutSeconds": {"4"}}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	lpr, hdr := openTableWatch(wctx, t, lpc, tg.path, kubectlTableAccept, q)
+	if from := hdr.Get(httpapi.HeaderServedFrom); from != httpapi.SourceSnapshot {
+		t.Fatalf("served from %q, want %q", from, httpapi.SourceSnapshot)
+	}
+	apir, _ := openTableWatch(wctx, t, apic, tg.path, kubectlTableAccept, q)
+	// One change, then the bookmark before the deadline (2 s in).
+	if err := tg.write(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, gotRaw := readTableEvents(t, lpr, 2)
+	want, wantRaw := readTableEvents(t, apir, 2)
+	if want[1].Type != "BOOKMARK" {
+		t.Fatalf("the apiserver's second event: want a bookmark: %s", wantRaw[1])
+	}
+	gotRaw[1] = sameBookmarkRV(t, gotRaw[1], wantRaw[1], gotRaw[0])
+	got[1] = decodeTableEvent(t, gotRaw[1])
+	compareTableEvents(t, got, want, gotRaw, wantRaw)
+}
+
+// tableBookmarkLearned reports whether listproxy's Table store of gvr
+// knows the row of the apiserver's Table bookmark.
+func tableBookmarkLearned(lp *framework.Listproxy, gvr schema.GroupVersionResource) bool {
+	res, ok := lp.Stores().Lookup(gvr)
+	if !ok {
+		return false
+	}
+	h, _, ok := lp.Stores().Acquire(context.Background(), res, wire.Table, true)
+	if !ok {
+		return false
+	}
+	defer h.Release()
+	head := h.TableHead()
+	return head != nil && head.Bookmark != nil
+}
+
+// countItems returns how many objects the apiserver lists at path.
+func countItems(ctx context.Context, t *testing.T, c rawClient, path string) int {
+	t.Helper()
+	code, _, body, err := c.get(ctx, path, nil, "application/json")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("list %s: %d %v %s", path, code, err, body)
+	}
+	var l struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil {
+		t.Fatal(err)
+	}
+	return len(l.Items)
 }
 
 // bookmarkRV matches a Table bookmark's resourceVersions.
