@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -134,10 +136,13 @@ type tableRequest struct {
 	rv      string
 	label   string
 	field   string
+	// gzip: the request says Accept-Encoding: gzip itself, so that a
+	// gzipped answer is read as sent (tableGet).
+	gzip bool
 }
 
 func (r tableRequest) String() string {
-	return fmt.Sprintf("accept=%q includeObject=%q limit=%d resourceVersion=%v rv=%s label=%q field=%q", r.accept, r.include, r.limit, r.mode, r.rv, r.label, r.field)
+	return fmt.Sprintf("accept=%q includeObject=%q limit=%d resourceVersion=%v rv=%s label=%q field=%q gzip=%v", r.accept, r.include, r.limit, r.mode, r.rv, r.label, r.field, r.gzip)
 }
 
 func (r tableRequest) query() url.Values {
@@ -209,8 +214,11 @@ type tableAnswer struct {
 	received time.Time
 }
 
-// tableGet sends a GET with hdr (Accept, User-Agent) and reads the whole
-// answer; net/http inflates a gzipped body.
+// tableGet sends a GET with hdr (Accept, User-Agent, Accept-Encoding) and
+// reads the whole answer. Without Accept-Encoding in hdr, net/http asks
+// for gzip and inflates a gzipped body, dropping its Content-Encoding;
+// with it, tableGet inflates a body of Content-Encoding gzip, which the
+// header keeps.
 func tableGet(ctx context.Context, c rawClient, path string, q url.Values, hdr http.Header) (tableAnswer, error) {
 	u := c.base + path
 	if len(q) > 0 {
@@ -230,8 +238,16 @@ func tableGet(ctx context.Context, c rawClient, path string, q url.Values, hdr h
 		return tableAnswer{}, err
 	}
 	defer resp.Body.Close()
+	var body io.Reader = resp.Body
+	if resp.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(resp.Body)
+		if err != nil {
+			return tableAnswer{}, fmt.Errorf("gzipped body: %w", err)
+		}
+		body = zr
+	}
 	var buf bytes.Buffer
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
+	if _, err := buf.ReadFrom(body); err != nil {
 		return tableAnswer{}, err
 	}
 	a.received = time.Now()
@@ -272,6 +288,8 @@ func decodeTableMeta(body []byte) tableMeta {
 // pairStats counts the work of the Table comparisons.
 type pairStats struct {
 	pairs, retries, pages, walks, windowChecks int
+	// gzipped counts the pages both sides gzipped.
+	gzipped int
 }
 
 // tablePair sends the same request to listproxy (query lq) and to the
@@ -308,7 +326,7 @@ func tablePair(ctx context.Context, lpc, apic rawClient, path string, lq, aq url
 }
 
 // compareTable reports how listproxy's answer differs from the
-// apiserver's: status, Content-Type and body. Cells of frac are checked
+// apiserver's: status, Content-Type, Content-Encoding and inflated body. Cells of frac are checked
 // on each side by the window rule and then taken as equal; with
 // ignoreMore the list metadata must only agree on the resourceVersion.
 func compareTable(lp, api tableAnswer, frac *clockCells, ignoreMore bool, stats *pairStats) string {
@@ -318,6 +336,9 @@ func compareTable(lp, api tableAnswer, frac *clockCells, ignoreMore bool, stats 
 	}
 	if got, want := lp.header.Get("Content-Type"), api.header.Get("Content-Type"); got != want {
 		diffs = append(diffs, fmt.Sprintf("Content-Type %q, apiserver %q", got, want))
+	}
+	if got, want := lp.header.Get("Content-Encoding"), api.header.Get("Content-Encoding"); got != want {
+		diffs = append(diffs, fmt.Sprintf("Content-Encoding %q, apiserver %q", got, want))
 	}
 	lpBody := lp.body
 	// Continue tokens are each side's own (listproxy seals its own): their
@@ -587,6 +608,9 @@ func firstDifference(lp, api []byte) string {
 // returns the apiserver's resourceVersion.
 func checkTableRequest(ctx context.Context, lpc, apic rawClient, tg tableTarget, req tableRequest, wantFrom string, stats *pairStats) (string, string) {
 	hdr := http.Header{"Accept": {req.accept}}
+	if req.gzip {
+		hdr.Set("Accept-Encoding", "gzip")
+	}
 	q := req.query()
 	// The watch cache answers latest reads of pods by spec.nodeName from
 	// its index, where "more" means more matches; exact reads scan.
@@ -611,6 +635,9 @@ func checkTableRequest(ctx context.Context, lpc, apic rawClient, tg tableTarget,
 		}
 		if d := compareTable(lp, api, tg.fractional, ignoreMore, stats); d != "" {
 			return rv, fmt.Sprintf("page %d: %s", page, d)
+		}
+		if lp.header.Get("Content-Encoding") == "gzip" {
+			stats.gzipped++
 		}
 		if api.code != http.StatusOK {
 			return rv, ""
@@ -668,8 +695,10 @@ func startTableListproxy(t *testing.T, cp *framework.ControlPlane) *framework.Li
 // listproxy equal the apiserver's, across limits and continue walks,
 // includeObject, both Table group versions and kubectl's Accept, the
 // resourceVersion modes and selectors; empty lists keep the apiserver's
-// "rows":[] or "rows":null; and what must pass through gets the
-// apiserver's own answer. Nothing is written while it compares.
+// "rows":[] or "rows":null; what must pass through gets the apiserver's
+// own answer; and pages above the gzip threshold are gzipped as the
+// apiserver's (checkTableGzip). Nothing is written while it compares,
+// but for the gzip fixtures, last, in a namespace of their own.
 func TestTableDifferential(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	w := seedTableWorld(t, cp)
@@ -815,6 +844,8 @@ func TestTableDifferential(t *testing.T) {
 			})
 		}
 	})
-	t.Logf("%d request pairs (%d repeated to fall within one second or at one resourceVersion), %d pages compared, %d walks, %d fractional cells checked by the window rule, in %v",
-		stats.pairs, stats.retries, stats.pages, stats.walks, stats.windowChecks, time.Since(start).Round(time.Millisecond))
+	// Last, as it writes (in a namespace of its own): gzipped pages.
+	t.Run("gzip", func(t *testing.T) { checkTableGzip(ctx, t, cp, lpc, apic, &stats) })
+	t.Logf("%d request pairs (%d repeated to fall within one second or at one resourceVersion), %d pages compared (%d gzipped), %d walks, %d fractional cells checked by the window rule, in %v",
+		stats.pairs, stats.retries, stats.pages, stats.gzipped, stats.walks, stats.windowChecks, time.Since(start).Round(time.Millisecond))
 }
