@@ -106,10 +106,12 @@ var ageCell = regexp.MustCompile(`^"([0-9]+)s"$`)
 // second that passed between them, and by no more. Table watch-lists and
 // watches with bookmarks are compared for a metadata feed (configmaps),
 // an object feed (pods) and a custom resource with printer columns
-// (gadgets), each with its own bookmark row.
+// (gadgets), each with its own bookmark row. Between the two, where the
+// watches may wait for the bookmark rows, Table LIST pages above the gzip
+// threshold are compared (checkTableGzip).
 func TestTableWatchDifferential(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns = tableWatchNS
 	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
@@ -291,9 +293,15 @@ func TestTableWatchDifferential(t *testing.T) {
 	})
 
 	// Last: where the apiserver refuses watch-lists, the watches from N
-	// wait for the stores' bookmark rows.
+	// wait for the stores' bookmark rows, after the gzip pages.
+	gzipPages := func(t *testing.T) {
+		t.Run("gzip", func(t *testing.T) {
+			var stats pairStats
+			checkTableGzip(ctx, t, cp, lpc, apic, &stats)
+		})
+	}
 	t.Run("bookmarks", func(t *testing.T) {
-		checkTableWatchBookmarks(ctx, t, lp, lpc, apic, []tableBookmarkTarget{
+		checkTableWatchBookmarks(ctx, t, lp, lpc, apic, gzipPages, []tableBookmarkTarget{
 			{name: "configmaps", gvr: corev1.SchemeGroupVersion.WithResource("configmaps"), path: cmPath, write: func(ctx context.Context) error {
 				_, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-bookmark"}}, metav1.CreateOptions{})
 				return err
@@ -350,8 +358,9 @@ type tableBookmarkTarget struct {
 // the bookmark row only from their feeds' periodic bookmarks, about a
 // minute after they started: until then the watch-lists pass through for
 // the apiserver's 422, so they are checked first, and the watches from N
-// wait for the row, side by side, then are served and compared.
-func checkTableWatchBookmarks(ctx context.Context, t *testing.T, lp *framework.Listproxy, lpc, apic rawClient, targets []tableBookmarkTarget) {
+// wait for the row, side by side, then are served and compared. meanwhile
+// runs between the two.
+func checkTableWatchBookmarks(ctx context.Context, t *testing.T, lp *framework.Listproxy, lpc, apic rawClient, meanwhile func(*testing.T), targets []tableBookmarkTarget) {
 	v, err := binaries.KubeVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -428,6 +437,7 @@ func checkTableWatchBookmarks(ctx context.Context, t *testing.T, lp *framework.L
 			}
 		})
 	}
+	meanwhile(t)
 	t.Run("watch_from_rv", func(t *testing.T) {
 		for _, tg := range targets {
 			t.Run(tg.name, func(t *testing.T) {
