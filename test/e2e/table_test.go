@@ -326,9 +326,10 @@ func tablePair(ctx context.Context, lpc, apic rawClient, path string, lq, aq url
 }
 
 // compareTable reports how listproxy's answer differs from the
-// apiserver's: status, Content-Type, Content-Encoding and inflated body. Cells of frac are checked
-// on each side by the window rule and then taken as equal; with
-// ignoreMore the list metadata must only agree on the resourceVersion.
+// apiserver's: status, Content-Type, Content-Encoding and inflated body.
+// Cells of frac are checked on each side by the window rule and then
+// taken as equal; with ignoreMore the list metadata must only agree on the
+// resourceVersion.
 func compareTable(lp, api tableAnswer, frac *clockCells, ignoreMore bool, stats *pairStats) string {
 	var diffs []string
 	if lp.code != api.code {
