@@ -91,6 +91,8 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 		"--kubeconfig=" + kubeconfig,
 		"--listen-address=" + addr,
 		"--continue-token-keys-file=" + keysFile,
+		// The Table scenario forces GCs through the heap profile.
+		"--profiling",
 	}
 	args = append(args, cfg.proofArgs(cp.EtcdEndpoint)...)
 	args = append(args, cfg.listproxyArgs...)

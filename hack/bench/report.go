@@ -416,6 +416,13 @@ func (r *report) missed() []string {
 			}
 		}
 	}
+	if r.Table != nil && r.Table.Memory != nil {
+		for _, c := range r.Table.Memory.Checks {
+			if !c.Met {
+				out = append(out, fmt.Sprintf("table, memory: %s %s, got %s", c.Name, c.Want, c.Text))
+			}
+		}
+	}
 	if r.Rollout != nil {
 		for _, c := range r.Rollout.Checks {
 			if !c.Met {

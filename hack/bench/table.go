@@ -33,12 +33,14 @@ const tableFeedWrites = 2000
 
 // tableFeedTableWatches and tableFeedJSONWatches are how many watches of
 // each kind the harness opens at the apiserver to measure what one costs
-// per change: enough that their cost stands out of the writes' own (7–12
-// ms of apiserver+etcd CPU per write at 1.37.2, varying by ±2 ms between
-// 7 s intervals on the shared machine, where one watch costs 0.05–0.3 ms).
+// per change (the slope): enough that their cost stands out of the
+// writes' own (7–12 ms of apiserver+etcd CPU per write at 1.37.2, varying
+// by ±2 ms between 7 s intervals on the shared machine, where one Table
+// watch costs about 0.05–0.3 ms and one more JSON watch, whose encoding
+// the apiserver shares, a few hundredths of a millisecond).
 const (
-	tableFeedTableWatches = 32
-	tableFeedJSONWatches  = 64
+	tableFeedTableWatches = 128
+	tableFeedJSONWatches  = 256
 )
 
 // tableFeedCycles is how many times the phases after the Table store's
@@ -54,6 +56,8 @@ type tableResult struct {
 	PagesSameSecond int              `json:"pages_compared_same_second"`
 	PagesMasked     int              `json:"pages_compared_clock_cells_masked"`
 	Feed            *tableFeedResult `json:"feed,omitempty"`
+	// Memory is what the Table store of pods holds against its payload.
+	Memory *tableMemoryResult `json:"memory,omitempty"`
 }
 
 // tableFeedResult is the apiserver's cost of listproxy's Table feed.
@@ -66,9 +70,17 @@ type tableFeedResult struct {
 	// per pod write and per watch opened by the harness at the apiserver:
 	// a Table watch with includeObject=Object (what the feed asks for) and
 	// a JSON watch.
-	TableWatchPerChange num     `json:"table_watch_cpu_s_per_change"`
-	JSONWatchPerChange  num     `json:"json_watch_cpu_s_per_change"`
-	Checks              []check `json:"checks"`
+	TableWatchPerChange num `json:"table_watch_cpu_s_per_change"`
+	JSONWatchPerChange  num `json:"json_watch_cpu_s_per_change"`
+	// Slopes are one Table watch's kube-apiserver CPU per change against
+	// one JSON watch's: the Object feed (pods) and the Metadata feed
+	// (configmaps).
+	Slopes []feedSlope `json:"slopes"`
+	Checks []check     `json:"checks"`
+	// apiserver is kube-apiserver alone (not etcd, which serves no watch
+	// the harness opens), idleAPIServer its idle CPU rate.
+	apiserver     *target
+	idleAPIServer float64
 }
 
 type tableFeedPhase struct {
@@ -81,6 +93,15 @@ type tableFeedPhase struct {
 	Seconds    float64 `json:"wall_s"`
 	// CPUPerWrite is kube-apiserver+etcd CPU per write, net of idle.
 	CPUPerWrite num `json:"apiserver_cpu_s_per_write"`
+	// APIServerCPUSeconds and APIServerCPUPerWrite are the same of
+	// kube-apiserver alone.
+	APIServerCPUSeconds  float64 `json:"kube_apiserver_cpu_s"`
+	APIServerCPUPerWrite num     `json:"kube_apiserver_cpu_s_per_write"`
+	// WatchBytes is what the harness's watches read in the measured
+	// intervals; WatchBytesPerWrite per watch and write.
+	WatchBytes         int64 `json:"watch_bytes"`
+	WatchBytesPerWrite num   `json:"watch_bytes_per_watch_per_write"`
+	watchWrites        int
 }
 
 // table is the `kubectl get` scenario: Table LISTs of pods as kubectl asks
@@ -112,39 +133,53 @@ func (b *bench) table(ctx context.Context) error {
 	feed := res.Feed
 
 	logf("scenario: kubectl get (Table): the feed's cost, %d writes per phase at %d/s", tableFeedWrites, b.cfg.writeRate)
-	without := &tableFeedPhase{Name: "listproxy's JSON and protobuf stores of pods (before any Table request)"}
-	if err := b.tableFeedPhase(ctx, without, "", 0, tableFeedWrites); err != nil {
+	feed.apiserver = &target{name: "kube-apiserver", pids: controlPlanePIDs(b.env.cp, "kube-apiserver")}
+	feed.idleAPIServer = measureIdle(ctx, feed.apiserver, 3*time.Second)
+	pods := b.podFeed()
+	without := &tableFeedPhase{Name: "pods: listproxy's JSON and protobuf stores of pods (before any Table request)"}
+	if err := b.tableFeedPhase(ctx, without, pods, "", 0, tableFeedWrites); err != nil {
 		return err
 	}
 
+	heap, err := b.tableHeap(ctx)
+	if err != nil {
+		return err
+	}
 	warmed, err := b.warmTable(ctx)
 	if err != nil {
 		return err
 	}
 	res.Warmed = warmed
+	if res.Memory, err = b.tableMemory(ctx, heap); err != nil {
+		return err
+	}
 
 	// The phases with watches alternate with the base in short cycles, so
 	// that a drift of the apiserver's own cost falls on all three alike.
-	with := &tableFeedPhase{Name: "+ listproxy's Table store of pods"}
-	tables := &tableFeedPhase{Name: fmt.Sprintf("+ %d Table watches (includeObject=Object) at the apiserver", tableFeedTableWatches)}
-	jsons := &tableFeedPhase{Name: fmt.Sprintf("+ %d JSON watches at the apiserver (instead of the Table watches)", tableFeedJSONWatches)}
-	for range tableFeedCycles {
-		for _, p := range []struct {
-			phase  *tableFeedPhase
-			accept string
-			n      int
-		}{{with, "", 0}, {tables, acceptTable, tableFeedTableWatches}, {jsons, acceptJSON, tableFeedJSONWatches}} {
-			if err := b.tableFeedPhase(ctx, p.phase, p.accept, p.n, tableFeedWrites/tableFeedCycles); err != nil {
-				return err
-			}
-		}
+	with := &tableFeedPhase{Name: "pods: + listproxy's Table store of pods"}
+	podPhases, objectSlope, err := b.tableFeedSlopes(ctx, "Object", "pods", pods, with)
+	if err != nil {
+		return err
 	}
-	feed.Phases = []tableFeedPhase{*without, *with, *tables, *jsons}
+	configMaps, err := b.configMapFeed(ctx)
+	if err != nil {
+		return err
+	}
+	cmPhases, metadataSlope, err := b.tableFeedSlopes(ctx, "Metadata", "configmaps", configMaps, nil)
+	if err != nil {
+		return err
+	}
+	feed.Phases = []tableFeedPhase{*without, *with}
+	for _, p := range append(podPhases, cmPhases...) {
+		feed.Phases = append(feed.Phases, *p)
+	}
 	feed.TablePerChange = with.CPUPerWrite - without.CPUPerWrite
-	feed.TableWatchPerChange = (tables.CPUPerWrite - with.CPUPerWrite) / tableFeedTableWatches
-	feed.JSONWatchPerChange = (jsons.CPUPerWrite - with.CPUPerWrite) / tableFeedJSONWatches
-	feed.Checks = []check{tableFeedCheck(feed)}
-	logf("  feed: Table store %s per change; per watch at the apiserver: Table %s, JSON %s", ms(float64(feed.TablePerChange)), ms(float64(feed.TableWatchPerChange)), ms(float64(feed.JSONWatchPerChange)))
+	feed.TableWatchPerChange, feed.JSONWatchPerChange = objectSlope.TablePerChange, objectSlope.JSONPerChange
+	feed.Slopes = []feedSlope{objectSlope, metadataSlope}
+	feed.Checks = []check{feedSlopeCheck(objectSlope, tableObjectFeedMax), feedSlopeCheck(metadataSlope, tableMetadataFeedMax)}
+	logf("  feed: Table store %s per change; per watch at the apiserver: Object feed %s vs JSON %s (%.2f×), Metadata feed %s vs JSON %s (%.2f×)",
+		ms(float64(feed.TablePerChange)), us(objectSlope.TablePerChange), us(objectSlope.JSONPerChange), float64(objectSlope.Ratio),
+		us(metadataSlope.TablePerChange), us(metadataSlope.JSONPerChange), float64(metadataSlope.Ratio))
 
 	if err := b.tableWalks(ctx, res); err != nil {
 		return err
@@ -152,26 +187,12 @@ func (b *bench) table(ctx context.Context) error {
 	return b.tableFirstPages(ctx, res)
 }
 
-// tableFeedCheck holds the feed's cost per change, a Table watch with
-// includeObject=Object as the store opens (measured on tableFeedTableWatches
-// of them: one is within the writes' noise), to ≤ 5× a JSON watch's.
-func tableFeedCheck(f *tableFeedResult) check {
-	c := check{Name: "Table feed (a Table watch, includeObject=Object) per change", Want: "≤ 5× a JSON watch's", Got: f.TableWatchPerChange}
-	if f.JSONWatchPerChange <= 0 || f.TableWatchPerChange <= 0 {
-		c.Text = fmt.Sprintf("not measured (%s vs %s per change: not above the noise)", ms(float64(f.TableWatchPerChange)), ms(float64(f.JSONWatchPerChange)))
-		return c
-	}
-	r := float64(f.TableWatchPerChange / f.JSONWatchPerChange)
-	c.Got = num(r)
-	c.Text = fmt.Sprintf("%s vs %s (%.1f×)", ms(float64(f.TableWatchPerChange)), ms(float64(f.JSONWatchPerChange)), r)
-	c.Met = r <= 5
-	return c
-}
-
-// tableFeedPhase sends about writes pod writes at BENCH_WRITE_RATE with n
-// watches asking for accept open at the apiserver (none when n is 0), each
-// read to its end, and adds them and kube-apiserver+etcd CPU meanwhile to p.
-func (b *bench) tableFeedPhase(ctx context.Context, p *tableFeedPhase, accept string, n, writes int) error {
+// tableFeedPhase sends about writes writes of r at BENCH_WRITE_RATE with
+// n watches of r asking for accept open at the apiserver (none when n is
+// 0; a Table watch with r's includeObject), each read to its end, and adds
+// them and kube-apiserver+etcd and kube-apiserver CPU meanwhile to p.
+func (b *bench) tableFeedPhase(ctx context.Context, p *tableFeedPhase, r feedResource, accept string, n, writes int) error {
+	read := &countingWriter{}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -181,9 +202,9 @@ func (b *bench) tableFeedPhase(ctx context.Context, p *tableFeedPhase, accept st
 		if err != nil {
 			return err
 		}
-		path := "/api/v1/pods?watch=1&allowWatchBookmarks=true&timeoutSeconds=3600&resourceVersion=" + url.QueryEscape(rv)
+		path := r.path + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=3600&resourceVersion=" + url.QueryEscape(rv)
 		if accept == acceptTable {
-			path += "&includeObject=Object"
+			path += "&includeObject=" + r.includeObject
 		}
 		for range n {
 			resp, err := openStreamAs(ctx, b.env.direct, path, accept)
@@ -192,29 +213,42 @@ func (b *bench) tableFeedPhase(ctx context.Context, p *tableFeedPhase, accept st
 			}
 			wg.Go(func() {
 				defer resp.Body.Close()
-				_, _ = io.Copy(io.Discard, resp.Body)
+				_, _ = io.Copy(read, resp.Body)
 			})
 		}
 	}
+	f := b.report.Table.Feed
 	cpu := sampler{t: b.env.direct, idleRate: b.idleDirect}
+	api := sampler{t: f.apiserver, idleRate: f.idleAPIServer}
 	settle(ctx, b.idleDirect, b.env.direct)
+	read0 := read.n.Load()
 	cpu.startInterval()
-	sent, _ := b.writes(ctx, time.Duration(writes)*time.Second/time.Duration(b.cfg.writeRate), "table-feed")
+	api.startInterval()
+	sent := r.write(ctx, time.Duration(writes)*time.Second/time.Duration(b.cfg.writeRate))
 	settle(ctx, b.idleDirect, b.env.direct)
 	cpu.endInterval()
+	api.endInterval()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(sent) == 0 {
+	if sent == 0 {
 		return errors.New("table feed: no write succeeded")
 	}
 	// Totals so far, per write: CPUSeconds and Seconds accumulate.
 	p.CPUSeconds += cpu.seconds()
+	p.APIServerCPUSeconds += api.seconds()
 	p.Seconds += cpu.wall.Seconds()
-	p.Writes += len(sent)
+	p.Writes += sent
 	p.WriteRate = num(float64(p.Writes) / p.Seconds)
 	p.CPUPerWrite = num(p.CPUSeconds / float64(p.Writes))
-	logf("  writes with %s: %d, apiserver+etcd %s per write (%d writes in all, %s per write)", p.Name, len(sent), ms(cpu.seconds()/float64(len(sent))), p.Writes, ms(float64(p.CPUPerWrite)))
+	p.APIServerCPUPerWrite = num(p.APIServerCPUSeconds / float64(p.Writes))
+	if n > 0 {
+		p.WatchBytes += read.n.Load() - read0
+		p.watchWrites += n * sent
+		p.WatchBytesPerWrite = num(float64(p.WatchBytes) / float64(p.watchWrites))
+	}
+	logf("  writes with %s: %d, apiserver+etcd %s, kube-apiserver %s per write (%d writes in all, %s, %s per write; %.0f bytes read per watch and write)", p.Name, sent,
+		ms(cpu.seconds()/float64(sent)), ms(api.seconds()/float64(sent)), p.Writes, ms(float64(p.CPUPerWrite)), ms(float64(p.APIServerCPUPerWrite)), float64(p.WatchBytesPerWrite))
 	return nil
 }
 
@@ -599,15 +633,22 @@ func (t *tableResult) markdown() string {
 		return ""
 	}
 	var b bytes.Buffer
-	b.WriteString("\n| kubectl get (Table): pod writes with | writes | writes/s (settling included) | apiserver+etcd CPU per write |\n")
-	b.WriteString("|---|---:|---:|---:|\n")
+	b.WriteString("\n| kubectl get (Table): writes with | writes | writes/s (settling included) | apiserver+etcd CPU per write | kube-apiserver CPU per write | bytes read per watch and write |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|\n")
 	for _, p := range f.Phases {
-		fmt.Fprintf(&b, "| %s | %d | %.0f | %s |\n", p.Name, p.Writes, float64(p.WriteRate), ms(float64(p.CPUPerWrite)))
+		fmt.Fprintf(&b, "| %s | %d | %.0f | %s | %s | %.0f |\n", p.Name, p.Writes, float64(p.WriteRate), ms(float64(p.CPUPerWrite)), ms(float64(p.APIServerCPUPerWrite)), float64(p.WatchBytesPerWrite))
 	}
-	fmt.Fprintf(&b, "\nThe first phase ran before the Table store started; the others after, alternating in %d cycles. Per change: listproxy's Table store (second phase less the first) %s; one Table watch with includeObject=Object at the apiserver %s, one JSON watch %s (the third and fourth phases less the second, per watch). Warmed before the Table rows were measured: %s.\n\n",
-		tableFeedCycles, ms(float64(f.TablePerChange)), ms(float64(f.TableWatchPerChange)), ms(float64(f.JSONWatchPerChange)), t.Warmed)
+	fmt.Fprintf(&b, "\nThe first phase ran before the Table store started; the others after, each resource's alternating in %d cycles. Per change: listproxy's Table store (second phase less the first, apiserver+etcd) %s. Warmed before the Table rows were measured: %s.\n\n",
+		tableFeedCycles, ms(float64(f.TablePerChange)), t.Warmed)
+	b.WriteString(t.slopesMarkdown())
+	b.WriteString(t.memoryMarkdown())
 	for _, ch := range f.Checks {
 		fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
+	}
+	if m := t.Memory; m != nil {
+		for _, ch := range m.Checks {
+			fmt.Fprintf(&b, "- %s: %s (target %s) %s\n", ch.Name, ch.Text, ch.Want, mark(ch.Met))
+		}
 	}
 	return b.String()
 }

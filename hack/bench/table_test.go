@@ -137,21 +137,3 @@ func TestTableContinue(t *testing.T) {
 		})
 	}
 }
-
-func TestTableFeedCheck(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		table, json num
-		want        bool
-	}{
-		{name: "within 5×", table: 0.0004, json: 0.0001, want: true},
-		{name: "beyond 5×", table: 0.0006, json: 0.0001},
-		{name: "JSON watch not measured", table: 0.0001, json: 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := tableFeedCheck(&tableFeedResult{TableWatchPerChange: tc.table, JSONWatchPerChange: tc.json}); got.Met != tc.want {
-				t.Errorf("tableFeedCheck() met = %t (%s), want %t", got.Met, got.Text, tc.want)
-			}
-		})
-	}
-}

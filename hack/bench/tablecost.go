@@ -1,0 +1,456 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The Table scenario's cost measurements beyond its rows: what listproxy's
+// Table store of pods holds against the rows it serves (tableMemory), and
+// what one Table watch costs the apiserver per change against one JSON
+// watch, for an Object feed (pods) and a Metadata feed (configmaps).
+
+// tableMemoryMax is the target on a Table store's memory: at most 10%
+// more than its payload (each row's cells and PartialObjectMetadata as the
+// apiserver writes them).
+const tableMemoryMax = 1.10
+
+// Targets on one Table watch's apiserver CPU per change, against one JSON
+// watch's: the Object feed (includeObject=Object) and the Metadata feed.
+const (
+	tableObjectFeedMax   = 5
+	tableMetadataFeedMax = 1.5
+)
+
+// tableFeedNamespace holds the configmaps the Metadata feed's measurement
+// writes (tableFeedConfigMaps of them); nothing else in the bench watches
+// configmaps while it runs.
+const (
+	tableFeedNamespace  = "bench-table-feed"
+	tableFeedConfigMaps = 100
+)
+
+// tableMemoryResult is what listproxy's Table store of pods holds, against
+// its payload.
+type tableMemoryResult struct {
+	// Rows, PayloadBytes: a walk of the apiserver's Table of pods
+	// (includeObject=Metadata, kubectl's); the payload is the sum of each
+	// row's JSON as the apiserver writes it: CellsBytes (the cells array)
+	// plus ObjectBytes (the PartialObjectMetadata) plus the row's keys.
+	Rows         int64 `json:"rows"`
+	PayloadBytes int64 `json:"table_payload_bytes"`
+	CellsBytes   int64 `json:"cells_bytes"`
+	ObjectBytes  int64 `json:"object_bytes"`
+	// Store*: listproxy's metrics of its Table store of pods. StoreBytes is
+	// listproxy_snapshot_bytes (the rows held); History and Feed bytes are
+	// held besides; GzipBytes are the cached gzip row chunks (a cache,
+	// reported apart).
+	StoreObjects int64 `json:"table_store_objects"`
+	StoreBytes   int64 `json:"table_store_bytes"`
+	HistoryBytes int64 `json:"table_store_history_bytes"`
+	FeedBytes    int64 `json:"table_store_feed_bytes"`
+	GzipBytes    int64 `json:"table_store_gzip_bytes"`
+	// Heap*: listproxy's go_memstats_heap_alloc_bytes after a forced GC
+	// (HeapForced; else its live heap estimated from the next GC's goal)
+	// before the Table store started and once it was warm, and its RSS.
+	HeapForced bool  `json:"heap_after_forced_gc"`
+	HeapBefore int64 `json:"heap_before_bytes"`
+	HeapAfter  int64 `json:"heap_after_bytes"`
+	RSSBefore  int64 `json:"rss_before_bytes"`
+	RSSAfter   int64 `json:"rss_after_bytes"`
+	// HeapStoreBytes is the heap's growth less the gzip chunks: the store
+	// with every per-row structure besides its bytes.
+	HeapStoreBytes int64 `json:"table_store_heap_bytes"`
+	// Ratio is StoreBytes+HistoryBytes+FeedBytes per payload byte;
+	// HeapRatio is HeapStoreBytes per payload byte.
+	Ratio     num     `json:"table_store_bytes_per_payload_byte"`
+	HeapRatio num     `json:"table_store_heap_bytes_per_payload_byte"`
+	Checks    []check `json:"checks"`
+}
+
+// heapSample is listproxy's heap and RSS at one moment.
+type heapSample struct {
+	forced    bool
+	heap, rss int64
+}
+
+// tableHeap forces two GCs in listproxy (through its pprof heap profile,
+// served with --profiling; the second frees what the first left in
+// sync.Pools' victim caches) and reads its heap and RSS. Without
+// profiling, the heap is the live heap the last GC marked.
+func (b *bench) tableHeap(ctx context.Context) (heapSample, error) {
+	forced := true
+	for range 2 {
+		ok, err := b.forceGC(ctx)
+		if err != nil {
+			return heapSample{}, err
+		}
+		forced = forced && ok
+	}
+	m, err := scrape(ctx, b.env.proxied)
+	if err != nil {
+		return heapSample{}, err
+	}
+	s := heapSample{forced: forced, rss: int64(m.Sum("process_resident_memory_bytes"))}
+	if forced {
+		s.heap = int64(m.Sum("go_memstats_heap_alloc_bytes"))
+		return s, nil
+	}
+	gogc := 100.0
+	if m.Has("go_gc_gogc_percent") {
+		gogc = m.Sum("go_gc_gogc_percent")
+	}
+	s.heap = int64(m.Sum("go_memstats_next_gc_bytes") / (1 + gogc/100))
+	return s, nil
+}
+
+// forceGC asks listproxy for its heap profile after a GC; it reports
+// false when listproxy does not serve profiles.
+func (b *bench) forceGC(ctx context.Context) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.env.proxied.base+"/debug/listproxy/pprof/heap?gc=1", nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := b.env.proxied.client.Do(req)
+	if err != nil {
+		return false, fmt.Errorf("listproxy heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode == http.StatusOK, nil
+}
+
+// tableMemory measures what listproxy's Table store of pods holds once
+// warm (before: the heap before it started) against its payload, read by
+// a walk of the apiserver's Table of pods.
+func (b *bench) tableMemory(ctx context.Context, before heapSample) (*tableMemoryResult, error) {
+	after, err := b.tableHeap(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := scrape(ctx, b.env.proxied)
+	if err != nil {
+		return nil, err
+	}
+	store := []string{"resource=pods", "format=table"}
+	r := &tableMemoryResult{
+		StoreObjects: int64(m.Sum("listproxy_snapshot_objects", store...)),
+		StoreBytes:   int64(m.Sum("listproxy_snapshot_bytes", store...)),
+		HistoryBytes: int64(m.Sum("listproxy_snapshot_history_bytes", store...)),
+		FeedBytes:    int64(m.Sum("listproxy_snapshot_feed_bytes", store...)),
+		GzipBytes:    int64(m.Sum("listproxy_snapshot_gzip_bytes", store...)),
+		HeapForced:   before.forced && after.forced,
+		HeapBefore:   before.heap, HeapAfter: after.heap,
+		RSSBefore: before.rss, RSSAfter: after.rss,
+	}
+	cont := ""
+	for {
+		path := tablePath
+		if cont != "" {
+			path += "&continue=" + url.QueryEscape(cont)
+		}
+		res, err := b.env.direct.do(ctx, request{path: path, accept: acceptTable, keep: true})
+		if err != nil {
+			return nil, err
+		}
+		t, err := decodeTable(res)
+		if err != nil {
+			return nil, err
+		}
+		p, err := tablePayload(t.rows)
+		if err != nil {
+			return nil, fmt.Errorf("apiserver GET %s: %w", path, err)
+		}
+		r.Rows += p.rows
+		r.PayloadBytes += p.bytes
+		r.CellsBytes += p.cells
+		r.ObjectBytes += p.object
+		if cont = t.cont; cont == "" {
+			break
+		}
+	}
+	r.HeapStoreBytes = r.HeapAfter - r.HeapBefore - r.GzipBytes
+	r.Ratio, r.HeapRatio = tableMemoryRatios(r)
+	r.Checks = []check{tableMemoryCheck(r)}
+	logf("  Table store of pods: %d rows, table_store_bytes %s (+%s history, +%s feed; gzip row chunks %s), table_payload_bytes %s (%d rows; cells %s, objects %s): %.3f×; heap growth less gzip chunks %s: %.3f× (GC forced: %t); RSS %s → %s",
+		r.StoreObjects, mib1(r.StoreBytes), mib1(r.HistoryBytes), mib1(r.FeedBytes), mib1(r.GzipBytes),
+		mib1(r.PayloadBytes), r.Rows, mib1(r.CellsBytes), mib1(r.ObjectBytes), float64(r.Ratio),
+		mib1(r.HeapStoreBytes), float64(r.HeapRatio), r.HeapForced, mib1(r.RSSBefore), mib1(r.RSSAfter))
+	return r, nil
+}
+
+// payload is the size of Table rows as the apiserver writes them.
+type payload struct {
+	rows                 int64
+	bytes, cells, object int64
+}
+
+// tablePayload sums rows: each row's JSON, and the JSON of its cells and
+// of its object.
+func tablePayload(rows []json.RawMessage) (payload, error) {
+	var p payload
+	for i, raw := range rows {
+		var r struct {
+			Cells  json.RawMessage `json:"cells"`
+			Object json.RawMessage `json:"object"`
+		}
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return payload{}, fmt.Errorf("row %d: %w", i, err)
+		}
+		if r.Cells == nil || r.Object == nil {
+			return payload{}, fmt.Errorf("row %d: no cells or no object", i)
+		}
+		p.rows++
+		p.bytes += int64(len(raw))
+		p.cells += int64(len(r.Cells))
+		p.object += int64(len(r.Object))
+	}
+	return p, nil
+}
+
+// tableMemoryRatios are what the store holds per payload byte, by its
+// metrics (rows, history and feed) and by the heap's growth less its gzip
+// chunks; 0 where the payload is 0.
+func tableMemoryRatios(r *tableMemoryResult) (byMetrics, byHeap num) {
+	if r.PayloadBytes <= 0 {
+		return 0, 0
+	}
+	p := float64(r.PayloadBytes)
+	return num(float64(r.StoreBytes+r.HistoryBytes+r.FeedBytes) / p), num(float64(r.HeapStoreBytes) / p)
+}
+
+// tableMemoryCheck holds the store's heap (its growth less gzip chunks)
+// to tableMemoryMax of the payload: the metrics count the rows' bytes,
+// not the structures each row keeps besides them.
+func tableMemoryCheck(r *tableMemoryResult) check {
+	c := check{Name: "Table store of pods: memory (heap growth less gzip row chunks) per payload byte (rows' cells + PartialObjectMetadata)",
+		Want: fmt.Sprintf("≤ %.2f×", tableMemoryMax), Got: r.HeapRatio}
+	switch {
+	case r.PayloadBytes <= 0 || r.StoreObjects <= 0:
+		c.Text = "not measured (no payload or no Table store)"
+	case !r.HeapForced:
+		c.Text = fmt.Sprintf("%.3f× (heap not measured after a forced GC: listproxy without --profiling); by the metrics %.3f×", float64(r.HeapRatio), float64(r.Ratio))
+	default:
+		c.Text = fmt.Sprintf("%s for %s (%.3f×); by the metrics %s (%.3f×)", mib1(r.HeapStoreBytes), mib1(r.PayloadBytes), float64(r.HeapRatio),
+			mib1(r.StoreBytes+r.HistoryBytes+r.FeedBytes), float64(r.Ratio))
+		c.Met = float64(r.HeapRatio) <= tableMemoryMax
+	}
+	return c
+}
+
+// feedResource is a resource the feed measurement writes and watches.
+type feedResource struct {
+	// path is the collection's path; includeObject what its Table feed
+	// asks for (Object or Metadata).
+	path, includeObject string
+	// write sends writes at BENCH_WRITE_RATE for d and returns how many
+	// succeeded.
+	write func(ctx context.Context, d time.Duration) int
+}
+
+func (b *bench) podFeed() feedResource {
+	return feedResource{path: "/api/v1/pods", includeObject: "Object", write: func(ctx context.Context, d time.Duration) int {
+		sent, _ := b.writes(ctx, d, "table-feed")
+		return len(sent)
+	}}
+}
+
+// configMapFeed creates tableFeedNamespace's configmaps and returns the
+// feed resource writing them.
+func (b *bench) configMapFeed(ctx context.Context) (feedResource, error) {
+	if err := b.env.cp.CreateNamespace(ctx, tableFeedNamespace, nil); err != nil && !apierrors.IsAlreadyExists(err) {
+		return feedResource{}, err
+	}
+	for i := range tableFeedConfigMaps {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("feed-%03d", i)}, Data: map[string]string{"n": fmt.Sprint(i)}}
+		if _, err := b.env.client.CoreV1().ConfigMaps(tableFeedNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return feedResource{}, fmt.Errorf("create configmap: %w", err)
+		}
+	}
+	return feedResource{path: "/api/v1/configmaps", includeObject: "Metadata", write: b.configMapWrites}, nil
+}
+
+// configMapWrites patches tableFeedNamespace's configmaps at
+// BENCH_WRITE_RATE for d and returns how many writes succeeded.
+func (b *bench) configMapWrites(ctx context.Context, d time.Duration) int {
+	jobs := make(chan int, 64)
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	begin := time.Now()
+	for range 16 {
+		wg.Go(func() {
+			for i := range jobs {
+				name := fmt.Sprintf("feed-%03d", i%tableFeedConfigMaps)
+				patch := fmt.Sprintf(`{"data":{"w":"%d-%d"}}`, begin.UnixNano(), i)
+				if _, err := b.env.client.CoreV1().ConfigMaps(tableFeedNamespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "bench"}); err == nil {
+					done.Add(1)
+				}
+			}
+		})
+	}
+	tick := time.NewTicker(time.Second / time.Duration(b.cfg.writeRate))
+	stop := time.After(d)
+loop:
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-stop:
+			break loop
+		case <-tick.C:
+		}
+		select {
+		case jobs <- i:
+		default:
+		}
+	}
+	tick.Stop()
+	close(jobs)
+	wg.Wait()
+	return int(done.Load())
+}
+
+// feedSlope is one Table watch's apiserver CPU per change against one JSON
+// watch's, for one feed.
+type feedSlope struct {
+	Feed         string `json:"feed"`
+	Resource     string `json:"resource"`
+	TableWatches int    `json:"table_watches"`
+	JSONWatches  int    `json:"json_watches"`
+	// TablePerChange and JSONPerChange are kube-apiserver CPU per write
+	// and per watch: the phase with the watches less the phase without,
+	// divided by the number of watches.
+	TablePerChange num `json:"table_watch_cpu_s_per_change"`
+	JSONPerChange  num `json:"json_watch_cpu_s_per_change"`
+	// Ratio is TablePerChange / JSONPerChange; 0 when either is not above 0.
+	Ratio num `json:"ratio"`
+}
+
+// slopeOf is the per-watch cost of the phases with Table and JSON watches
+// over base, by kube-apiserver CPU per write.
+func slopeOf(feed, resource string, base, tables, jsons *tableFeedPhase, nTable, nJSON int) feedSlope {
+	s := feedSlope{Feed: feed, Resource: resource, TableWatches: nTable, JSONWatches: nJSON,
+		TablePerChange: (tables.APIServerCPUPerWrite - base.APIServerCPUPerWrite) / num(nTable),
+		JSONPerChange:  (jsons.APIServerCPUPerWrite - base.APIServerCPUPerWrite) / num(nJSON),
+	}
+	if s.TablePerChange > 0 && s.JSONPerChange > 0 {
+		s.Ratio = s.TablePerChange / s.JSONPerChange
+	}
+	return s
+}
+
+// feedSlopeCheck holds s's ratio to at most limit.
+func feedSlopeCheck(s feedSlope, limit float64) check {
+	c := check{Name: fmt.Sprintf("Table %s feed (%s, includeObject=%s) per change, one watch of %d", s.Feed, s.Resource, s.Feed, s.TableWatches),
+		Want: fmt.Sprintf("≤ %g× one JSON watch's (of %d, encoding shared)", limit, s.JSONWatches), Got: s.Ratio}
+	if s.Ratio <= 0 {
+		c.Text = fmt.Sprintf("not measured (%s vs %s per change: not above the noise)", us(s.TablePerChange), us(s.JSONPerChange))
+		return c
+	}
+	c.Text = fmt.Sprintf("%s vs %s (%.2f×)", us(s.TablePerChange), us(s.JSONPerChange), float64(s.Ratio))
+	c.Met = float64(s.Ratio) <= limit
+	return c
+}
+
+// tableFeedSlopes measures, for r, kube-apiserver CPU per write with no
+// watch of the harness's (base, which may be given, and then is the first
+// of the cycles' phases too), with tableFeedTableWatches Table watches
+// (includeObject as r's feed asks) and with tableFeedJSONWatches JSON
+// watches, alternating in tableFeedCycles cycles. It returns the phases
+// it ran and the slope.
+func (b *bench) tableFeedSlopes(ctx context.Context, feed, resource string, r feedResource, base *tableFeedPhase) ([]*tableFeedPhase, feedSlope, error) {
+	var phases []*tableFeedPhase
+	if base == nil {
+		base = &tableFeedPhase{Name: fmt.Sprintf("%s: no watch of the harness's", resource)}
+		phases = append(phases, base)
+	}
+	tables := &tableFeedPhase{Name: fmt.Sprintf("%s: + %d Table watches (includeObject=%s) at the apiserver", resource, tableFeedTableWatches, r.includeObject)}
+	jsons := &tableFeedPhase{Name: fmt.Sprintf("%s: + %d JSON watches at the apiserver (instead of the Table watches)", resource, tableFeedJSONWatches)}
+	phases = append(phases, tables, jsons)
+	for range tableFeedCycles {
+		for _, p := range []struct {
+			phase  *tableFeedPhase
+			accept string
+			n      int
+		}{{base, "", 0}, {tables, acceptTable, tableFeedTableWatches}, {jsons, acceptJSON, tableFeedJSONWatches}} {
+			if err := b.tableFeedPhase(ctx, p.phase, r, p.accept, p.n, tableFeedWrites/tableFeedCycles); err != nil {
+				return nil, feedSlope{}, err
+			}
+		}
+	}
+	s := slopeOf(feed, resource, base, tables, jsons, tableFeedTableWatches, tableFeedJSONWatches)
+	logf("  %s feed (%s): per change and watch at the apiserver: Table %s, JSON %s (%.2f×)", feed, resource, us(s.TablePerChange), us(s.JSONPerChange), float64(s.Ratio))
+	return phases, s, nil
+}
+
+// slopesMarkdown renders the feeds' per-watch costs.
+func (t *tableResult) slopesMarkdown() string {
+	if t.Feed == nil || len(t.Feed.Slopes) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| Table feed | resource | kube-apiserver CPU per change, one Table watch | one JSON watch | table_*_feed_per_change / json_watch_per_change |\n")
+	b.WriteString("|---|---|---:|---:|---:|\n")
+	for _, s := range t.Feed.Slopes {
+		fmt.Fprintf(&b, "| includeObject=%s | %s | %s (of %d) | %s (of %d) | %.2f× |\n", s.Feed, s.Resource,
+			us(s.TablePerChange), s.TableWatches, us(s.JSONPerChange), s.JSONWatches, float64(s.Ratio))
+	}
+	b.WriteString("\nOne watch's cost is its phase's kube-apiserver CPU per write less the phase without the harness's watches, divided by their number. A JSON watch is one more JSON watcher: the apiserver encodes each event once for all its JSON watchers, so the watcher pays its share of one encoding (1/N of it for configmaps, which nothing else watches; for pods listproxy's JSON store already pays it) and the writing of the event; a Table watch converts and encodes each event itself.\n\n")
+	return b.String()
+}
+
+// memoryMarkdown renders the Table store's memory.
+func (t *tableResult) memoryMarkdown() string {
+	m := t.Memory
+	if m == nil {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| Table store of pods | rows | bytes |\n|---|---:|---:|\n")
+	for _, r := range []struct {
+		name string
+		rows int64
+		n    int64
+	}{
+		{"table_payload_bytes: the apiserver's rows (includeObject=Metadata), cells + PartialObjectMetadata", m.Rows, m.PayloadBytes},
+		{"… of which cells", m.Rows, m.CellsBytes},
+		{"… of which PartialObjectMetadata", m.Rows, m.ObjectBytes},
+		{"table_store_bytes (listproxy_snapshot_bytes)", m.StoreObjects, m.StoreBytes},
+		{"history (listproxy_snapshot_history_bytes)", 0, m.HistoryBytes},
+		{"feed (listproxy_snapshot_feed_bytes)", 0, m.FeedBytes},
+		{"gzip row chunks, a cache (listproxy_snapshot_gzip_bytes)", 0, m.GzipBytes},
+		{"heap growth (after a forced GC) less gzip row chunks", 0, m.HeapStoreBytes},
+		{"RSS growth", 0, m.RSSAfter - m.RSSBefore},
+	} {
+		fmt.Fprintf(&b, "| %s | %d | %s |\n", r.name, r.rows, mib1(r.n))
+	}
+	fmt.Fprintf(&b, "\nPer payload byte: table_store_bytes (with history and feed) %.3f×, heap %.3f× (GC forced: %t).\n\n", float64(m.Ratio), float64(m.HeapRatio), m.HeapForced)
+	return b.String()
+}
+
+// mib1 is n bytes in MiB with one decimal.
+func mib1(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// countingWriter discards what is written to it and counts it.
+type countingWriter struct{ n atomic.Int64 }
+
+func (w *countingWriter) Write(p []byte) (int, error) {
+	w.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// us is seconds in microseconds with one decimal.
+func us(v num) string { return fmt.Sprintf("%.1f µs", float64(v)*1e6) }

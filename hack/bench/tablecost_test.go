@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestTablePayload(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		rows    []json.RawMessage
+		want    payload
+		wantErr bool
+	}{
+		{name: "none"},
+		{
+			name: "two rows",
+			rows: []json.RawMessage{
+				json.RawMessage(`{"cells":["a",1],"object":{"kind":"PartialObjectMetadata"}}`),
+				json.RawMessage(`{"cells":["bb"],"conditions":[],"object":{}}`),
+			},
+			want: payload{rows: 2, bytes: 59 + 44, cells: 7 + 6, object: 32 + 2},
+		},
+		{name: "no object", rows: []json.RawMessage{json.RawMessage(`{"cells":[]}`)}, wantErr: true},
+		{name: "not JSON", rows: []json.RawMessage{json.RawMessage(`{"cells":`)}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tablePayload(tc.rows)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("tablePayload() error = %v, want error %t", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(payload{})); diff != "" {
+				t.Errorf("tablePayload() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestTableMemoryCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		r                   tableMemoryResult
+		wantRatio, wantHeap num
+		wantMet             bool
+	}{
+		{
+			name:      "within 10%",
+			r:         tableMemoryResult{PayloadBytes: 1000, StoreObjects: 1, StoreBytes: 1000, HistoryBytes: 40, FeedBytes: 10, HeapStoreBytes: 1100, HeapForced: true},
+			wantRatio: 1.05, wantHeap: 1.1, wantMet: true,
+		},
+		{
+			name:      "beyond 10%",
+			r:         tableMemoryResult{PayloadBytes: 1000, StoreObjects: 1, StoreBytes: 1000, HeapStoreBytes: 1101, HeapForced: true},
+			wantRatio: 1, wantHeap: 1.101,
+		},
+		{
+			name:      "heap not after a forced GC",
+			r:         tableMemoryResult{PayloadBytes: 1000, StoreObjects: 1, StoreBytes: 1000, HeapStoreBytes: 1000},
+			wantRatio: 1, wantHeap: 1,
+		},
+		{name: "no payload", r: tableMemoryResult{StoreObjects: 1, StoreBytes: 1000, HeapForced: true}},
+		{name: "no store", r: tableMemoryResult{PayloadBytes: 1000, HeapForced: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.r
+			r.Ratio, r.HeapRatio = tableMemoryRatios(&r)
+			if diff := cmp.Diff([]num{tc.wantRatio, tc.wantHeap}, []num{r.Ratio, r.HeapRatio}, cmp.Comparer(approx)); diff != "" {
+				t.Errorf("tableMemoryRatios() (-want +got):\n%s", diff)
+			}
+			if got := tableMemoryCheck(&r); got.Met != tc.wantMet {
+				t.Errorf("tableMemoryCheck() met = %t (%s), want %t", got.Met, got.Text, tc.wantMet)
+			}
+		})
+	}
+}
+
+func TestFeedSlope(t *testing.T) {
+	base := &tableFeedPhase{APIServerCPUPerWrite: 0.008}
+	for _, tc := range []struct {
+		name          string
+		tables, jsons num
+		limit         float64
+		want          feedSlope
+		wantMet       bool
+	}{
+		{
+			name: "Object feed within 5×", tables: 0.008 + 128*0.0004, jsons: 0.008 + 256*0.0001, limit: 5,
+			want:    feedSlope{TablePerChange: 0.0004, JSONPerChange: 0.0001, Ratio: 4},
+			wantMet: true,
+		},
+		{
+			name: "Metadata feed beyond 1.5×", tables: 0.008 + 128*0.0002, jsons: 0.008 + 256*0.0001, limit: 1.5,
+			want: feedSlope{TablePerChange: 0.0002, JSONPerChange: 0.0001, Ratio: 2},
+		},
+		{
+			name: "JSON watches within the noise", tables: 0.008 + 128*0.0002, jsons: 0.0079, limit: 5,
+			want: feedSlope{TablePerChange: 0.0002, JSONPerChange: -0.0001 / 256},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := slopeOf("Object", "pods", base, &tableFeedPhase{APIServerCPUPerWrite: tc.tables}, &tableFeedPhase{APIServerCPUPerWrite: tc.jsons}, 128, 256)
+			tc.want.Feed, tc.want.Resource, tc.want.TableWatches, tc.want.JSONWatches = "Object", "pods", 128, 256
+			if diff := cmp.Diff(tc.want, got, cmp.Comparer(approx)); diff != "" {
+				t.Errorf("slopeOf() (-want +got):\n%s", diff)
+			}
+			if c := feedSlopeCheck(got, tc.limit); c.Met != tc.wantMet {
+				t.Errorf("feedSlopeCheck() met = %t (%s), want %t", c.Met, c.Text, tc.wantMet)
+			}
+		})
+	}
+}
+
+// approx compares within a relative 1e-9.
+func approx(a, b num) bool {
+	d := float64(a - b)
+	return d < 1e-9*max(1, float64(abs(a))) && -d < 1e-9*max(1, float64(abs(a)))
+}
+
+func abs(n num) num {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
