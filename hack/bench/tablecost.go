@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -36,12 +37,18 @@ const (
 )
 
 // tableFeedNamespace holds the configmaps the Metadata feed's measurement
-// writes (tableFeedConfigMaps of them); nothing else in the bench watches
-// configmaps while it runs.
+// lists by watch-lists (tableFeedConfigMaps of them) and writes (the
+// first tableFeedWritten); nothing else in the bench watches configmaps
+// while it runs.
 const (
 	tableFeedNamespace  = "bench-table-feed"
-	tableFeedConfigMaps = 100
+	tableFeedConfigMaps = 5000
+	tableFeedWritten    = 100
 )
+
+// tableEncodeReps is how many watch-lists of each kind measure what a
+// watcher that encodes its own events pays per event.
+const tableEncodeReps = 3
 
 // tableMemoryResult is what listproxy's Table store of pods holds, against
 // its payload.
@@ -274,12 +281,37 @@ func (b *bench) configMapFeed(ctx context.Context) (feedResource, error) {
 	if err := b.env.cp.CreateNamespace(ctx, tableFeedNamespace, nil); err != nil && !apierrors.IsAlreadyExists(err) {
 		return feedResource{}, err
 	}
+	names := make(chan int)
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range names {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("feed-%04d", i), Labels: map[string]string{"app": "bench-table-feed"}},
+					Data: map[string]string{"n": fmt.Sprint(i), "config.yaml": "replicas: 3\nimage: registry.example/bench:1.0\n"}}
+				if _, err := b.env.client.CoreV1().ConfigMaps(tableFeedNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					errs <- fmt.Errorf("create configmap: %w", err)
+					return
+				}
+			}
+		})
+	}
+	begin := time.Now()
+send:
 	for i := range tableFeedConfigMaps {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("feed-%03d", i)}, Data: map[string]string{"n": fmt.Sprint(i)}}
-		if _, err := b.env.client.CoreV1().ConfigMaps(tableFeedNamespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return feedResource{}, fmt.Errorf("create configmap: %w", err)
+		select {
+		case names <- i:
+		case <-ctx.Done():
+			break send
 		}
 	}
+	close(names)
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return feedResource{}, err
+	}
+	logf("  created %d configmaps in %s", tableFeedConfigMaps, ms(time.Since(begin).Seconds()))
 	return feedResource{path: "/api/v1/configmaps", includeObject: "Metadata", write: b.configMapWrites}, nil
 }
 
@@ -293,7 +325,7 @@ func (b *bench) configMapWrites(ctx context.Context, d time.Duration) int {
 	for range 16 {
 		wg.Go(func() {
 			for i := range jobs {
-				name := fmt.Sprintf("feed-%03d", i%tableFeedConfigMaps)
+				name := fmt.Sprintf("feed-%04d", i%tableFeedWritten)
 				patch := fmt.Sprintf(`{"data":{"w":"%d-%d"}}`, begin.UnixNano(), i)
 				if _, err := b.env.client.CoreV1().ConfigMaps(tableFeedNamespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "bench"}); err == nil {
 					done.Add(1)
@@ -408,7 +440,12 @@ func (t *tableResult) slopesMarkdown() string {
 		fmt.Fprintf(&b, "| includeObject=%s | %s | %s (of %d) | %s (of %d) | %.2f× |\n", s.Feed, s.Resource,
 			us(s.TablePerChange), s.TableWatches, us(s.JSONPerChange), s.JSONWatches, float64(s.Ratio))
 	}
-	b.WriteString("\nOne watch's cost is its phase's kube-apiserver CPU per write less the phase without the harness's watches, divided by their number. A JSON watch is one more JSON watcher: the apiserver encodes each event once for all its JSON watchers, so the watcher pays its share of one encoding (1/N of it for configmaps, which nothing else watches; for pods listproxy's JSON store already pays it) and the writing of the event; a Table watch converts and encodes each event itself.\n\n")
+	b.WriteString("\nOne more watch's cost is its phase's kube-apiserver CPU per write less the phase without the harness's watches, divided by their number. The apiserver encodes each live event once per kind of watch (JSON; Table with the same includeObject) and every further watch of that kind writes the same bytes: these are marginal watches, a JSON and a Table one alike.\n\n")
+	for _, c := range t.Feed.Encode {
+		fmt.Fprintf(&b, "- includeObject=%s (%s): a watch that encodes its own events (a watch-list's %d initial events, %d watch-lists of each kind): Table %s vs JSON %s per event (%.2f×)\n",
+			c.Feed, c.Resource, c.Objects, c.Lists, us(c.TablePerEvent), us(c.JSONPerEvent), float64(c.Ratio))
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
@@ -454,3 +491,126 @@ func (w *countingWriter) Write(p []byte) (int, error) {
 
 // us is seconds in microseconds with one decimal.
 func us(v num) string { return fmt.Sprintf("%.1f µs", float64(v)*1e6) }
+
+// encodeCost is what one watcher that encodes its own events costs the
+// apiserver per event: a watch-list's initial events (sendInitialEvents)
+// are encoded for each watch, where a live event's encoding is shared by
+// every watch of the same kind (JSON, or Table with the same
+// includeObject).
+type encodeCost struct {
+	Feed     string `json:"feed"`
+	Resource string `json:"resource"`
+	// Objects is the initial events per watch-list, Lists how many of
+	// each kind were read.
+	Objects int `json:"objects"`
+	Lists   int `json:"lists"`
+	// TablePerEvent and JSONPerEvent are kube-apiserver CPU per initial
+	// event, net of idle.
+	TablePerEvent num `json:"table_cpu_s_per_event"`
+	JSONPerEvent  num `json:"json_cpu_s_per_event"`
+	// Ratio is TablePerEvent / JSONPerEvent; 0 when either is not above 0.
+	Ratio num `json:"ratio"`
+}
+
+// encodeRatio sets c's ratio.
+func (c *encodeCost) encodeRatio() {
+	c.Ratio = 0
+	if c.TablePerEvent > 0 && c.JSONPerEvent > 0 {
+		c.Ratio = c.TablePerEvent / c.JSONPerEvent
+	}
+}
+
+// encodeCheck holds c's ratio to at most limit.
+func encodeCheck(c encodeCost, limit float64) check {
+	ch := check{Name: fmt.Sprintf("Table %s feed (%s, includeObject=%s) per event, encoded for the watch", c.Feed, c.Resource, c.Feed),
+		Want: fmt.Sprintf("≤ %g× a JSON watch event encoded for the watch", limit), Got: c.Ratio}
+	if c.Ratio <= 0 {
+		ch.Text = fmt.Sprintf("not measured (%s vs %s per event)", us(c.TablePerEvent), us(c.JSONPerEvent))
+		return ch
+	}
+	ch.Text = fmt.Sprintf("%s vs %s (%.2f×; %d watch-lists of %d objects each)", us(c.TablePerEvent), us(c.JSONPerEvent), float64(c.Ratio), c.Lists, c.Objects)
+	ch.Met = float64(c.Ratio) <= limit
+	return ch
+}
+
+// tableEncodeCost alternates tableEncodeReps watch-lists of r of each
+// kind, JSON and Table (includeObject as r's feed asks), and measures
+// kube-apiserver CPU per initial event.
+func (b *bench) tableEncodeCost(ctx context.Context, feed, resource string, r feedResource) (encodeCost, error) {
+	c := encodeCost{Feed: feed, Resource: resource, Lists: tableEncodeReps}
+	var cpu [2]float64
+	var events [2]int
+	for range tableEncodeReps {
+		for i, accept := range []string{acceptJSON, acceptTable} {
+			sec, n, err := b.watchListCPU(ctx, r, accept)
+			if err != nil {
+				return c, err
+			}
+			cpu[i] += sec
+			events[i] += n
+			c.Objects = n
+		}
+	}
+	if events[0] == 0 || events[1] == 0 {
+		return c, fmt.Errorf("%s watch-lists: no initial event", resource)
+	}
+	c.JSONPerEvent, c.TablePerEvent = num(cpu[0]/float64(events[0])), num(cpu[1]/float64(events[1]))
+	c.encodeRatio()
+	logf("  %s feed (%s): per initial event of a watch-list: Table %s, JSON %s (%.2f×, %d objects)", feed, resource, us(c.TablePerEvent), us(c.JSONPerEvent), float64(c.Ratio), c.Objects)
+	return c, nil
+}
+
+// watchListCPU reads one watch-list of r asking for accept up to its
+// initial events' end bookmark and returns kube-apiserver CPU meanwhile
+// (settled, net of idle) and the initial events read.
+func (b *bench) watchListCPU(ctx context.Context, r feedResource, accept string) (float64, int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	path := r.path + "?watch=1&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&resourceVersion=&timeoutSeconds=600"
+	if accept == acceptTable {
+		path += "&includeObject=" + r.includeObject
+	}
+	f := b.report.Table.Feed
+	api := sampler{t: f.apiserver, idleRate: f.idleAPIServer}
+	settle(ctx, b.idleDirect, b.env.direct)
+	api.startInterval()
+	resp, err := openStreamAs(ctx, b.env.direct, path, accept)
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := initialEvents(resp.Body)
+	cancel()
+	resp.Body.Close()
+	if err != nil {
+		return 0, 0, fmt.Errorf("watch-list %s: %w", path, err)
+	}
+	settle(context.Background(), b.idleDirect, b.env.direct)
+	api.endInterval()
+	return api.seconds(), n, nil
+}
+
+// initialEvents reads a watch-list's events up to the bookmark that ends
+// its initial events and returns how many came before it.
+func initialEvents(r io.Reader) (int, error) {
+	dec := json.NewDecoder(r)
+	n := 0
+	for {
+		var ev struct {
+			Type   string          `json:"type"`
+			Object json.RawMessage `json:"object"`
+		}
+		if err := dec.Decode(&ev); err != nil {
+			return n, fmt.Errorf("after %d events: %w", n, err)
+		}
+		switch ev.Type {
+		case "ADDED":
+			n++
+		case "BOOKMARK":
+			if bytes.Contains(ev.Object, []byte(`"k8s.io/initial-events-end":"true"`)) {
+				return n, nil
+			}
+		default:
+			return n, fmt.Errorf("a %s event among the initial events", ev.Type)
+		}
+	}
+}

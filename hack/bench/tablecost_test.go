@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -123,4 +124,57 @@ func abs(n num) num {
 		return -n
 	}
 	return n
+}
+
+func TestInitialEvents(t *testing.T) {
+	const end = `{"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"9","annotations":{"k8s.io/initial-events-end":"true"}}}}`
+	for _, tc := range []struct {
+		name    string
+		stream  string
+		want    int
+		wantErr bool
+	}{
+		{name: "two, then the end", stream: `{"type":"ADDED","object":{}}` + "\n" + `{"type":"ADDED","object":{}}` + "\n" + end + "\n", want: 2},
+		{name: "a bookmark before the end", stream: `{"type":"ADDED","object":{}}{"type":"BOOKMARK","object":{"metadata":{}}}` + end, want: 1},
+		{name: "none", stream: end, want: 0},
+		{name: "no end", stream: `{"type":"ADDED","object":{}}`, want: 1, wantErr: true},
+		{name: "a change among them", stream: `{"type":"MODIFIED","object":{}}` + end, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := initialEvents(strings.NewReader(tc.stream))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("initialEvents() error = %v, want error %t", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("initialEvents() = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEncodeCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		table, json num
+		limit       float64
+		wantRatio   num
+		wantMet     bool
+	}{
+		{name: "Object feed within 5×", table: 50e-6, json: 20e-6, limit: 5, wantRatio: 2.5, wantMet: true},
+		{name: "Object feed beyond 5×", table: 120e-6, json: 20e-6, limit: 5, wantRatio: 6},
+		{name: "Metadata feed within 1.5×", table: 30e-6, json: 20e-6, limit: 1.5, wantRatio: 1.5, wantMet: true},
+		{name: "Metadata feed beyond 1.5×", table: 31e-6, json: 20e-6, limit: 1.5, wantRatio: 1.55},
+		{name: "JSON not measured", table: 30e-6, json: 0, limit: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := encodeCost{TablePerEvent: tc.table, JSONPerEvent: tc.json}
+			c.encodeRatio()
+			if !approx(tc.wantRatio, c.Ratio) {
+				t.Errorf("encodeRatio() = %v, want %v", c.Ratio, tc.wantRatio)
+			}
+			if got := encodeCheck(c, tc.limit); got.Met != tc.wantMet {
+				t.Errorf("encodeCheck() met = %t (%s), want %t", got.Met, got.Text, tc.wantMet)
+			}
+		})
+	}
 }
