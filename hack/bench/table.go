@@ -149,14 +149,14 @@ func (b *bench) table(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if res.Memory, err = b.tableMemory(ctx, heap); err != nil {
+		return err
+	}
 	warmed, err := b.warmTable(ctx)
 	if err != nil {
 		return err
 	}
 	res.Warmed = warmed
-	if res.Memory, err = b.tableMemory(ctx, heap); err != nil {
-		return err
-	}
 
 	// The phases with watches alternate with the base in short cycles, so
 	// that a drift of the apiserver's own cost falls on all three alike.
@@ -182,6 +182,9 @@ func (b *bench) table(ctx context.Context) error {
 		return err
 	}
 	feed.Encode = []encodeCost{objectEncode, metadataEncode}
+	if err := b.tableGzipBytes(ctx, res.Memory); err != nil {
+		return err
+	}
 	feed.Phases = []tableFeedPhase{*without, *with}
 	for _, p := range append(podPhases, cmPhases...) {
 		feed.Phases = append(feed.Phases, *p)
