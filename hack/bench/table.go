@@ -112,16 +112,19 @@ type tableFeedPhase struct {
 // for them (acceptTable, Accept-Encoding: gzip as client-go's transport
 // sends it, no includeObject, so rows carry PartialObjectMetadata).
 //
-//  1. The feed's cost: tableFeedWrites pod writes at BENCH_WRITE_RATE
-//     with listproxy's JSON and protobuf stores of pods only; then, once
-//     its Table store of pods is warm (step 2), as many with it alone,
-//     with tableFeedTableWatches Table watches (includeObject=Object) and
-//     with tableFeedJSONWatches JSON watches opened by the harness at the
-//     apiserver, alternating in tableFeedCycles cycles: apiserver+etcd
-//     CPU per write in each.
-//  2. Warm-up: Table LISTs of pods through listproxy until one is served
+//  1. tableFeedWrites pod writes at BENCH_WRITE_RATE with listproxy's JSON
+//     and protobuf stores of pods only: the base of the Table store's cost.
+//  2. The Table store's memory (tableMemory): it is started by Table LISTs
+//     without gzip, and its heap compared with its payload.
+//  3. Warm-up: Table LISTs of pods through listproxy until one is served
 //     from a snapshot, then one walk on each side.
-//  3. BENCH_REPS walks with limit=500 of every pod on each side,
+//  4. One more watch's cost per change (tableFeedSlopes), for pods and for
+//     configmaps: with the Table store alone, with tableFeedTableWatches
+//     Table watches and with tableFeedJSONWatches JSON watches opened by
+//     the harness at the apiserver, alternating in tableFeedCycles cycles.
+//  5. A watch's cost per event where it encodes its own
+//     (tableEncodeCost): watch-lists' initial events, Table and JSON.
+//  6. BENCH_REPS walks with limit=500 of every pod on each side,
 //     alternating, and BENCH_REPS batches of first pages from
 //     BENCH_CONCURRENCY clients.
 //
@@ -129,8 +132,10 @@ type tableFeedPhase struct {
 // resourceVersion: row by row, byte for byte where both were rendered in
 // the same wall-clock second, else with the clock cells masked.
 // Targets: listproxy's CPU ≤ 1/20 of the apiserver's for the walk and the
-// batch, the batch's wall p99 ≥ 10× better, and the Table feed ≤ 5× a
-// JSON watch's cost per change.
+// batch, the batch's wall p99 ≥ 10× better, the Table store's heap ≤
+// tableMemoryMax × its payload, and a Table event encoded for its watch ≤
+// tableObjectFeedMax × a JSON one for the Object feed,
+// tableMetadataFeedMax × for the Metadata feed.
 func (b *bench) table(ctx context.Context) error {
 	res := &tableResult{Feed: &tableFeedResult{}}
 	b.report.Table = res
