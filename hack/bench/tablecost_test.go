@@ -135,7 +135,7 @@ func TestInitialEvents(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "two, then the end", stream: `{"type":"ADDED","object":{}}` + "\n" + `{"type":"ADDED","object":{}}` + "\n" + end + "\n", want: 2},
-		{name: "a bookmark before the end", stream: `{"type":"ADDED","object":{}}{"type":"BOOKMARK","object":{"metadata":{}}}` + end, want: 1},
+		{name: "a bookmark before the end", stream: `{"type":"ADDED","object":{}}{"type":"BOOKMARK","object":{"metadata":{}}}{"type":"ADDED","object":{}}` + end, want: 2},
 		{name: "none", stream: end, want: 0},
 		{name: "no end", stream: `{"type":"ADDED","object":{}}`, want: 1, wantErr: true},
 		{name: "a change among them", stream: `{"type":"MODIFIED","object":{}}` + end, wantErr: true},
