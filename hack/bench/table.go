@@ -33,11 +33,11 @@ const tableFeedWrites = 2000
 
 // tableFeedTableWatches and tableFeedJSONWatches are how many watches of
 // each kind the harness opens at the apiserver to measure what one costs
-// per change (the slope): enough that their cost stands out of the
-// writes' own (7–12 ms of apiserver+etcd CPU per write at 1.37.2, varying
-// by ±2 ms between 7 s intervals on the shared machine, where one Table
-// watch costs about 0.05–0.3 ms and one more JSON watch, whose encoding
-// the apiserver shares, a few hundredths of a millisecond).
+// per change (the slope), against the writes' own cost (7–12 ms of
+// apiserver+etcd CPU per write at 1.37.2, varying by ±2 ms between 7 s
+// intervals on the shared machine). One more watch, Table or JSON, costs
+// a few microseconds: the apiserver encodes an event once for all the
+// watches of one kind, so the slope stays near the noise there.
 const (
 	tableFeedTableWatches = 128
 	tableFeedJSONWatches  = 256
@@ -66,10 +66,10 @@ type tableFeedResult struct {
 	// TablePerChange is apiserver+etcd CPU per pod write with listproxy's
 	// Table store of pods running less the same without it.
 	TablePerChange num `json:"table_store_cpu_s_per_change"`
-	// TableWatchPerChange and JSONWatchPerChange are apiserver+etcd CPU
-	// per pod write and per watch opened by the harness at the apiserver:
-	// a Table watch with includeObject=Object (what the feed asks for) and
-	// a JSON watch.
+	// TableWatchPerChange and JSONWatchPerChange are the Object feed's
+	// slope (Slopes[0]): kube-apiserver CPU per pod write and per watch
+	// opened by the harness at the apiserver, a Table watch with
+	// includeObject=Object (what the feed asks for) and a JSON watch.
 	TableWatchPerChange num `json:"table_watch_cpu_s_per_change"`
 	JSONWatchPerChange  num `json:"json_watch_cpu_s_per_change"`
 	// Slopes are one Table watch's kube-apiserver CPU per change against
