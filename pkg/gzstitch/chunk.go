@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"sync"
+
+	kflate "github.com/klauspost/compress/flate"
 )
 
 // Blank is a byte that no valid UTF-8 text holds. Bytes that differ
@@ -125,4 +127,31 @@ func (c *Compressor) Compress(pieces ...[]byte) Chunk {
 	s := c.NewSession()
 	defer s.Close()
 	return s.Chunk(pieces...)
+}
+
+// MaxHistory is how much history CompressAfter uses: the last MaxHistory
+// bytes of it.
+const MaxHistory = 8 << 10
+
+var afterBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// CompressAfter returns a chunk of p compressed after history: it may refer
+// back to the last MaxHistory bytes of history, and is valid only where they
+// directly precede it in the stream. Unlike a Session primed with history,
+// it spends no deflate block on the history (klauspost/compress's
+// stateless deflate with a dictionary, about as fast and as dense as
+// flate.BestSpeed), so that it costs about what compressing p alone costs.
+// Safe for concurrent use.
+func CompressAfter(history, p []byte) Chunk {
+	buf := afterBufs.Get().(*bytes.Buffer)
+	defer func() {
+		buf.Reset()
+		afterBufs.Put(buf)
+	}()
+	if len(p) > 0 {
+		// Not final: the stream ends with a stored block, on a byte boundary.
+		_ = kflate.StatelessDeflate(buf, p, false, history) // writes to a bytes.Buffer do not fail
+	}
+	n := uint64(len(p))
+	return Chunk{data: bytes.Clone(buf.Bytes()), crc: crc32.ChecksumIEEE(p), size: uint32(n), shift: shiftFor(n)}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"testing"
 )
 
@@ -428,5 +429,46 @@ func TestChunkAfterBlanks(t *testing.T) {
 				st.finish(t)
 			})
 		}
+	}
+}
+
+// claim: a CompressAfter chunk decompresses correctly directly after its
+// history, refers back to it (smaller than the piece alone), and, with
+// Blank bytes in the history, after any bytes of the same lengths there;
+// histories beyond MaxHistory and pieces beyond one deflate block included.
+func TestCompressAfter(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	row := func(name, age string) []byte {
+		return fmt.Appendf(nil, `{"cells":["%s","1/1","Running","0","%s"],"object":{"metadata":{"name":"%[1]s","labels":{"app":"web"}}}}`, name, age)
+	}
+	head := []byte(`,{"cells":["pod-2","1/1","Running","0","`)
+	tail := []byte(`"],"object":{"metadata":{"name":"pod-2","labels":{"app":"web"}}}}`)
+	long := text(rng, 100<<10)
+	for _, tc := range []struct {
+		name        string
+		before, age []byte // age is written where history has Blank bytes
+		p           []byte
+		refersBack  bool
+	}{
+		{name: "a row's tail after the row before and its head", before: append(row("pod-1", "7m"), head...), age: []byte("6m30s"), p: tail, refersBack: true},
+		{name: "other clock cells of the same length", before: append(row("pod-1", "7m"), head...), age: []byte("99999"), p: tail, refersBack: true},
+		{name: "history longer than MaxHistory", before: append(text(rng, 3*MaxHistory), tail...), p: tail, refersBack: true},
+		{name: "no history", p: tail},
+		{name: "a piece longer than a block", before: long[:1000], p: long},
+		{name: "an empty piece", before: tail},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			history := append(slices.Clone(tc.before), bytes.Repeat([]byte{Blank}, len(tc.age))...)
+			c := CompressAfter(history, tc.p)
+			if alone := compressors[flate.BestSpeed].Compress(tc.p); tc.refersBack && c.Len() >= alone.Len() {
+				t.Fatalf("chunk is %d bytes, alone %d: want it to refer back", c.Len(), alone.Len())
+			}
+			st := newStitcher()
+			st.write(t, tc.before, false)
+			st.stored(t, tc.age, false)
+			st.writeChunk(t, &c, tc.p)
+			st.write(t, tail, false)
+			st.finish(t)
+		})
 	}
 }
