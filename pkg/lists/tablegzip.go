@@ -101,6 +101,17 @@ func writeGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire
 			if err := zw.WriteChunk(&c.Chunk); err != nil {
 				return err
 			}
+			// Ahead: the lengths a minute on, if other and not cached.
+			at := now.Add(tableChunkAhead)
+			if aheadLens, ok := row.ClockLens(at); ok && aheadLens != lens && !chunkAfter(it.Find(form<<56|aheadLens), after) {
+				buf = row.AppendTail(buf[:0], e.Raw, opts.Include, opts.GroupVersion)
+				hist = rows[i-1].AppendTail(hist[:0], entries[i-1].Raw, opts.Include, opts.GroupVersion)
+				hist = append(hist, ',')
+				compressTableChunk(e, row, form<<56|aheadLens, buf, hist, after, at)
+				// Cached again as the newest, so that the chunk in use now
+				// is not the one the entry lets go.
+				e.SetGzipChunkKey(snapshot.GzipTableRow, c.Key, c.Chunk, c.After, tableChunkKeys)
+			}
 			continue
 		}
 		buf = row.AppendTail(buf[:0], e.Raw, opts.Include, opts.GroupVersion)
@@ -154,7 +165,6 @@ func buildTableChunks(e *snapshot.Entry, row *stores.TableRow, form uint64, tail
 		}
 	}
 	cached := e.Gzip(snapshot.GzipTableRow)
-	hist := prevTail
 	var c gzstitch.Chunk
 	// Now's last: the newest of the chunks an entry keeps.
 	for k := n - 1; k >= 0; k-- {
@@ -164,13 +174,19 @@ func buildTableChunks(e *snapshot.Entry, row *stores.TableRow, form uint64, tail
 				continue
 			}
 		}
-		hist = row.AppendHeadBlank(hist[:len(prevTail)], e.Raw, v.at, gzstitch.Blank)
-		s := tableChunks.NewSession()
-		s.Prime(hist)
-		c = s.Chunk(tail)
-		s.Close()
-		e.SetGzipChunkKey(snapshot.GzipTableRow, v.key, c, []uint64{after}, tableChunkKeys)
+		c = compressTableChunk(e, row, v.key, tail, prevTail, after, v.at)
 	}
+	return c
+}
+
+// compressTableChunk compresses tail, e's row's tail, after prevTail (as
+// buildTableChunks) and the row's head at at with its clock cells blank,
+// caches the chunk for key, and returns it. It appends to prevTail's
+// array beyond its length.
+func compressTableChunk(e *snapshot.Entry, row *stores.TableRow, key uint64, tail, prevTail []byte, after uint64, at time.Time) gzstitch.Chunk {
+	hist := row.AppendHeadBlank(prevTail, e.Raw, at, gzstitch.Blank)
+	c := gzstitch.CompressAfter(hist, tail)
+	e.SetGzipChunkKey(snapshot.GzipTableRow, key, c, []uint64{after}, tableChunkKeys)
 	return c
 }
 

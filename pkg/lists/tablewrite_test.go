@@ -191,13 +191,19 @@ func TestWriteGzipTableChunks(t *testing.T) {
 	}
 	// Which rows' chunks are compressed (again), by their index in the
 	// original page.
-	all := make([]int, 0, n-1)
-	for i := 1; i < n; i++ {
-		all = append(all, i)
+	span := func(from, to int) []int {
+		var s []int
+		for i := from; i < to; i++ {
+			s = append(s, i)
+		}
+		return s
 	}
+	all := span(1, n)
 	// Within a minute, every row's AGE (7m30s+i to 8m29s+i) renders in
 	// three lengths (8m, 8m1s, 8m10s): compressed for all three at once.
-	// Three minutes on, each renders in a fourth (10m).
+	// A minute on, rows 30-59 are 10m old a minute later (a fourth
+	// length) and compressed ahead for it; three minutes on, the others
+	// are compressed for it.
 	for _, step := range []struct {
 		name     string
 		now      time.Duration
@@ -208,10 +214,10 @@ func TestWriteGzipTableChunks(t *testing.T) {
 		{name: "the same second: none", now: 300 * time.Millisecond},
 		{name: "a second later, some AGEs in other lengths: none", now: time.Second},
 		{name: "back to the first lengths: none", now: 400 * time.Millisecond},
-		{name: "a minute later, other values of the same lengths: none", now: time.Minute},
+		{name: "a minute later, other values of the same lengths: rows 10m old a minute on, ahead", now: time.Minute, compress: span(30, n)},
 		{name: "row 5 replaced: it and the row after it", now: time.Minute, change: replaced, compress: []int{5, 6}},
 		{name: "a page from row 10: none", now: time.Minute, change: replaced, compress: nil},
-		{name: "three minutes later, AGE in a length not cached: every row but the first", now: 3 * time.Minute, compress: all},
+		{name: "three minutes later, AGE in a length not cached: rows not compressed ahead", now: 3 * time.Minute, compress: span(1, 30)},
 	} {
 		t.Run(step.name, func(t *testing.T) {
 			rows, entries := rows, entries
@@ -266,6 +272,88 @@ func TestWriteGzipTableChunks(t *testing.T) {
 				}
 			}
 			if diff := cmp.Diff(step.compress, compressed, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("rows compressed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// gzipTableCompressed writes rows and entries as a stitched gzip Table
+// response at now, checks that it decompresses to the rows rendered for
+// now, and returns the indexes of the rows whose chunks it compressed.
+func gzipTableCompressed(t *testing.T, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) []int {
+	t.Helper()
+	before := make([]*snapshot.GzipItem, len(entries))
+	for i, e := range entries {
+		before[i] = e.GzipCached(snapshot.GzipTableRow)
+	}
+	parts, err := wire.SplitTable(wire.TableEnvelope{GroupVersion: "v1", ListMeta: wire.ListMeta{ResourceVersion: "7"}, Columns: []byte(`[{"name":"Name"}]`)}, len(rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := collection.TableOptions{GroupVersion: "v1", Include: table.IncludeMetadata}
+	want := append([]byte(nil), parts.Head...)
+	for i := range rows {
+		if i > 0 {
+			want = append(want, ',')
+		}
+		want = rows[i].Append(want, entries[i].Raw, now, opts.Include, opts.GroupVersion)
+	}
+	want = append(want, parts.Tail...)
+	var out bytes.Buffer
+	if err := writeGzipTable(&out, opts, parts, rows, entries, now); err != nil {
+		t.Fatal(err)
+	}
+	zr, err := gzip.NewReader(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("decompressing: %v", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Fatalf("decompressed (-want +got):\n%.3000s", diff)
+	}
+	var compressed []int
+	for i, e := range entries {
+		if it := e.GzipCached(snapshot.GzipTableRow); it != before[i] && it.Chunk.Len() > 0 {
+			compressed = append(compressed, i)
+		}
+	}
+	return compressed
+}
+
+// TestWriteGzipTableChunksAhead: a row whose chunk is cached is compressed
+// ahead for the lengths its clock cells take a minute later, if not cached,
+// so that a response then finds it; once, not at every response.
+func TestWriteGzipTableChunksAhead(t *testing.T) {
+	received := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	const n = 60
+	// Row i is 7m30s+i old at received.
+	rows, entries := youngRows(t, n, received, "a")
+	span := func(from, to int) []int {
+		var s []int
+		for i := from; i < to; i++ {
+			s = append(s, i)
+		}
+		return s
+	}
+	for _, step := range []struct {
+		name     string
+		now      time.Duration
+		compress []int
+	}{
+		{name: "first response: every row but the first", now: 0, compress: span(1, n)},
+		// Rows 0-39 are 9m20s-9m59s old (cached lengths), rows 40-59
+		// 10m-10m19s (not cached): the former are compressed ahead for 10m.
+		{name: "1m50s later: rows under 10m ahead, rows of 10m again", now: time.Minute + 50*time.Second, compress: span(1, n)},
+		{name: "a second later: none", now: time.Minute + 51*time.Second},
+		{name: "2m30s later, every AGE 10m or more: none", now: 2*time.Minute + 30*time.Second},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			got := gzipTableCompressed(t, rows, entries, received.Add(step.now))
+			if diff := cmp.Diff(step.compress, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("rows compressed (-want +got):\n%s", diff)
 			}
 		})
