@@ -1,7 +1,6 @@
 package lists
 
 import (
-	"compress/flate"
 	"io"
 	"slices"
 	"time"
@@ -14,24 +13,10 @@ import (
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
-// tableChunkLevel is the compress/flate level of the row chunks cached for
-// gzip Table responses. A chunk is compressed after about one row of
-// history (below); at level 1 that costs a quarter of a level-6 session,
-// whose reset clears 640 KiB of hash tables per chunk.
-const tableChunkLevel = flate.BestSpeed
-
 // tableChunkKeys is how many chunks a Table row keeps, each for other
 // lengths of its clock cells: an Age under 10 minutes renders in three
 // lengths ("7m", "7m5s", "7m30s"), one older in one or two at a time.
 const tableChunkKeys = 3
-
-var tableChunks = func() *gzstitch.Compressor {
-	c, err := gzstitch.NewCompressor(tableChunkLevel)
-	if err != nil {
-		panic(err) // a constant level in range
-	}
-	return c
-}()
 
 // writeGzipTable writes, as one gzip member, the Table response that
 // writeTable writes uncompressed for parts, rows and entries at now; the
@@ -47,7 +32,9 @@ var tableChunks = func() *gzstitch.Compressor {
 // the same lengths. It is used where the preceding row is the one it was
 // compressed after and the clock cells' lengths and the object form are
 // the ones it was compressed for; otherwise it is compressed again and
-// cached, up to tableChunkKeys per entry.
+// cached, up to tableChunkKeys per entry (buildTableChunks). A row whose
+// chunk is used is compressed ahead for the lengths its clock cells take
+// tableChunkAhead later, if no chunk holds them.
 func writeGzipTable(w io.Writer, opts collection.TableOptions, parts wire.ListParts, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) error {
 	zw := gzstitch.NewWriter(w)
 	err := writeGzipRows(zw, opts, parts, rows, entries, now)
@@ -133,9 +120,10 @@ func writeGzipRows(zw *gzstitch.Writer, opts collection.TableOptions, parts wire
 }
 
 // tableChunkAhead is how far ahead a row compressed again is compressed
-// for the other lengths its clock cells take: an object under 10 minutes
-// old takes three a minute, and would otherwise be compressed again at the
-// first read in each.
+// for the other lengths its clock cells take, and how far ahead a row read
+// from its chunk looks: an object under 10 minutes old takes three a
+// minute, and would otherwise be compressed again at the first read in
+// each, and one crossing 2 or 10 minutes takes a new one.
 const tableChunkAhead = time.Minute
 
 // buildTableChunks compresses tail, e's row's tail, after prevTail (the
