@@ -131,27 +131,40 @@ func (c *Compressor) Compress(pieces ...[]byte) Chunk {
 
 // MaxHistory is how much history CompressAfter uses: the last MaxHistory
 // bytes of it.
-const MaxHistory = 8 << 10
+const MaxHistory = Window
 
-var afterBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// afterWriter is a pooled CompressAfter compressor and its output.
+type afterWriter struct {
+	fw  *kflate.Writer
+	buf bytes.Buffer
+}
+
+var afterWriters = sync.Pool{New: func() any {
+	a := &afterWriter{}
+	a.fw, _ = kflate.NewWriter(&a.buf, kflate.BestSpeed) // a valid level
+	return a
+}}
 
 // CompressAfter returns a chunk of p compressed after history: it may refer
 // back to the last MaxHistory bytes of history, and is valid only where they
 // directly precede it in the stream. Unlike a Session primed with history,
-// it spends no deflate block on the history (klauspost/compress's
-// stateless deflate with a dictionary, about as fast and as dense as
-// flate.BestSpeed), so that it costs about what compressing p alone costs.
-// Safe for concurrent use.
+// it spends no deflate block on the history (klauspost/compress's deflate
+// at level 1 with history as its dictionary: the history is only indexed),
+// so that it costs about what compressing p alone costs. Safe for
+// concurrent use.
 func CompressAfter(history, p []byte) Chunk {
-	buf := afterBufs.Get().(*bytes.Buffer)
+	a := afterWriters.Get().(*afterWriter)
 	defer func() {
-		buf.Reset()
-		afterBufs.Put(buf)
+		a.fw.ResetDict(nil, nil) // drops history and the output's writer
+		a.buf.Reset()
+		afterWriters.Put(a)
 	}()
-	if len(p) > 0 {
-		// Not final: the stream ends with a stored block, on a byte boundary.
-		_ = kflate.StatelessDeflate(buf, p, false, history) // writes to a bytes.Buffer do not fail
-	}
+	a.buf.Reset()
+	a.fw.ResetDict(&a.buf, history)
+	// Writes to a bytes.Buffer do not fail; a sync flush ends the chunk on a
+	// byte boundary, not final.
+	_, _ = a.fw.Write(p)
+	_ = a.fw.Flush()
 	n := uint64(len(p))
-	return Chunk{data: bytes.Clone(buf.Bytes()), crc: crc32.ChecksumIEEE(p), size: uint32(n), shift: shiftFor(n)}
+	return Chunk{data: bytes.Clone(a.buf.Bytes()), crc: crc32.ChecksumIEEE(p), size: uint32(n), shift: shiftFor(n)}
 }

@@ -439,10 +439,10 @@ func TestChunkAfterBlanks(t *testing.T) {
 func TestCompressAfter(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	row := func(name, age string) []byte {
-		return fmt.Appendf(nil, `{"cells":["%s","1/1","Running","0","%s"],"object":{"metadata":{"name":"%[1]s","labels":{"app":"web"}}}}`, name, age)
+		return fmt.Appendf(nil, `{"cells":["%s","1/1","Running","0","%s"],"object":{"metadata":{"name":"%[1]s","labels":{"app":"web","tier":"frontend"},"annotations":{"owner":"team-a","note":"a row's tail of some length"}}}}`, name, age)
 	}
 	head := []byte(`,{"cells":["pod-2","1/1","Running","0","`)
-	tail := []byte(`"],"object":{"metadata":{"name":"pod-2","labels":{"app":"web"}}}}`)
+	tail := []byte(`"],"object":{"metadata":{"name":"pod-2","labels":{"app":"web","tier":"frontend"},"annotations":{"owner":"team-a","note":"a row's tail of some length"}}}}`)
 	long := text(rng, 100<<10)
 	for _, tc := range []struct {
 		name        string
