@@ -619,7 +619,10 @@ func checkTableRequest(ctx context.Context, lpc, apic rawClient, tg tableTarget,
 	// A field selector on metadata.namespace narrows only the first page
 	// of a cluster-wide walk upstream.
 	walk := !ignoreMore && !strings.HasPrefix(req.field, "metadata.namespace=")
-	sameRV := req.mode == rvConsistent || req.mode == rvNotOlderThan
+	// Every mode but Exact answers at the latest resourceVersion each side
+	// holds (RV=0: each side's cache), which a write anywhere in the
+	// cluster (a lease) moves: the pair is repeated until both agree.
+	sameRV := req.mode != rvExact
 	lq, aq := q, q
 	var rv string
 	for page := 1; ; page++ {
