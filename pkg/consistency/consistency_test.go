@@ -203,8 +203,7 @@ func testStore(objects []keyRV, rv, progress uint64) *snapshot.Store {
 	s := snapshot.NewStore(snapshot.StoreConfig{})
 	var entries []*snapshot.Entry
 	for _, o := range objects {
-		ns, name, _ := strings.Cut(o.key, "/")
-		entries = append(entries, &snapshot.Entry{Key: o.key, Namespace: ns, Name: name, RV: o.rv, Labels: labels.Set{}, Fields: fields.Set{}, Raw: []byte("x")})
+		entries = append(entries, &snapshot.Entry{Key: o.key, RV: o.rv, Labels: labels.Set{}, Fields: fields.Set{}, Raw: []byte("x")})
 	}
 	s.Replace(entries, rv)
 	s.MarkProgress(progress)

@@ -217,7 +217,7 @@ type change struct {
 }
 
 func entry(c change) *snapshot.Entry {
-	return &snapshot.Entry{Key: snapshot.ObjectKey("default", c.name), Namespace: "default", Name: c.name, RV: c.rv, Raw: []byte(`{}`)}
+	return &snapshot.Entry{Key: snapshot.ObjectKey("default", c.name), RV: c.rv, Raw: []byte(`{}`)}
 }
 
 func apply(s *snapshot.Store, cs ...change) {

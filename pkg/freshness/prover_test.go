@@ -53,7 +53,7 @@ func TestProverRequestedResourceVersions(t *testing.T) {
 	held := put(t, client, "/registry/pods/ns/a")
 	missed := put(t, client, "/registry/pods/ns/b") // never applied to the store
 	store := snapshot.NewStore(snapshot.StoreConfig{})
-	store.Replace([]*snapshot.Entry{{Key: snapshot.ObjectKey("ns", "a"), Namespace: "ns", Name: "a", RV: uint64(held)}}, uint64(held))
+	store.Replace([]*snapshot.Entry{{Key: snapshot.ObjectKey("ns", "a"), RV: uint64(held)}}, uint64(held))
 
 	var (
 		mu     sync.Mutex

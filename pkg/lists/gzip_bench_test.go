@@ -67,7 +67,7 @@ func benchPodEntries(b *testing.B, n int) []*snapshot.Entry {
 			"$FULL", team+"-"+app, "$APP", app, "$HASH", hash, "$VERSION", fmt.Sprintf("v2.%d.%d", rng.IntN(40), rng.IntN(10)),
 			"$CHECKSUM", random(hex, 64), "$OWNERUID", uid(), "$VOL", random(alphabet, 5),
 			"$NODE", fmt.Sprintf("ip-10-20-%d-%d.eu-west-1.compute.internal", node/250, 10+node%250), "$ENV", env, "$TEAM", team).Replace(string(tmpl))
-		entries[i] = &snapshot.Entry{Key: ns + "/" + name, Namespace: ns, Name: name, Raw: []byte(raw)}
+		entries[i] = &snapshot.Entry{Key: ns + "/" + name, Raw: []byte(raw)}
 	}
 	slices.SortFunc(entries, func(a, b *snapshot.Entry) int { return strings.Compare(a.Key, b.Key) })
 	return entries
@@ -77,7 +77,7 @@ func benchPodEntries(b *testing.B, n int) []*snapshot.Entry {
 func fresh(entries []*snapshot.Entry) []*snapshot.Entry {
 	out := make([]*snapshot.Entry, len(entries))
 	for i, e := range entries {
-		out[i] = &snapshot.Entry{Key: e.Key, Namespace: e.Namespace, Name: e.Name, Raw: e.Raw}
+		out[i] = &snapshot.Entry{Key: e.Key, Raw: e.Raw}
 	}
 	return out
 }

@@ -338,7 +338,7 @@ func TestEstimateWeight(t *testing.T) {
 		ns, name string
 		size     int
 	}{{"a", "1", 100}, {"a", "2", 200}, {"a", "3", 300}, {"b", "1", 400}} {
-		entries = append(entries, &snapshot.Entry{Key: snapshot.ObjectKey(k.ns, k.name), Namespace: k.ns, Name: k.name, Raw: make([]byte, k.size)})
+		entries = append(entries, &snapshot.Entry{Key: snapshot.ObjectKey(k.ns, k.name), Raw: make([]byte, k.size)})
 	}
 	store.Replace(entries, 10)
 	snap, _, err := store.Latest()

@@ -29,7 +29,7 @@ func testPod(ns, name string, rv uint64) *snapshot.Entry {
 	}
 	raw := fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":%q,"namespace":%q,"resourceVersion":"%d","labels":{"app":%q}}}`, name, ns, rv, app)
 	return &snapshot.Entry{
-		Key: snapshot.ObjectKey(ns, name), Namespace: ns, Name: name, RV: rv,
+		Key: snapshot.ObjectKey(ns, name), RV: rv,
 		Labels: labels.Set{"app": app},
 		Fields: fields.Set{"metadata.name": name, "metadata.namespace": ns},
 		Raw:    []byte(raw),

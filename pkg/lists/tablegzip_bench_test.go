@@ -48,7 +48,7 @@ func benchTableRows(b *testing.B, n int, age time.Duration) ([]*stores.TableRow,
 		}
 		received := pod.Metadata.CreationTimestamp.Add(age)
 		row := fmt.Sprintf(`{"cells":[%q,"2/2","Running","0",%q,"10.20.%d.%d","node-%d","\u003cnone\u003e","\u003cnone\u003e"],"object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":%s}}`,
-			p.Name, duration.HumanDuration(age), i/250, i%250, i%500, raw.Metadata)
+			p.Name(), duration.HumanDuration(age), i/250, i%250, i%500, raw.Metadata)
 		rows[i], entries[i] = parseTableRow(b, rules, row, received)
 		entries[i].Key = p.Key
 	}

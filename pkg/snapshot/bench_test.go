@@ -216,7 +216,7 @@ func BenchmarkApplyClone(b *testing.B) {
 	updates := make([]*Entry, 4096)
 	for i := range updates {
 		e := entries[(i*7919)%len(entries)]
-		updates[i] = &Entry{Key: e.Key, Namespace: e.Namespace, Name: e.Name, RV: e.RV, Labels: labels.Set{"idx": strconv.Itoa(i % 10)}, Fields: e.Fields, Raw: e.Raw}
+		updates[i] = &Entry{Key: e.Key, RV: e.RV, Labels: labels.Set{"idx": strconv.Itoa(i % 10)}, Fields: e.Fields, Raw: e.Raw}
 	}
 	for _, depth := range []int{0, 1000, 10_000} {
 		name := "history=none"
@@ -232,7 +232,7 @@ func BenchmarkApplyClone(b *testing.B) {
 				rv++
 				clk.SetTime(clk.Now().Add(time.Millisecond))
 				u := updates[i%len(updates)]
-				s.Apply(Change{Entry: &Entry{Key: u.Key, Namespace: u.Namespace, Name: u.Name, RV: rv, Labels: u.Labels, Fields: u.Fields, Raw: u.Raw}}, rv)
+				s.Apply(Change{Entry: &Entry{Key: u.Key, RV: rv, Labels: u.Labels, Fields: u.Fields, Raw: u.Raw}}, rv)
 				i++
 			}
 			for range depth + 1 {

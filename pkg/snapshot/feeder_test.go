@@ -94,7 +94,7 @@ func extractFake(raw []byte) (*Entry, error) {
 		return nil, err
 	}
 	return &Entry{
-		Key: ObjectKey(parts[0], parts[1]), Namespace: parts[0], Name: parts[1], RV: rv,
+		Key: ObjectKey(parts[0], parts[1]), RV: rv,
 		Labels: labels.Set{}, Fields: fields.Set{}, Raw: append([]byte(nil), raw...),
 	}, nil
 }

@@ -128,5 +128,5 @@ func (s *Store) supersededLocked(prev *Entry) int64 {
 // movedCopy is a copy of e, for the same object version, to be given new Raw
 // bytes by packEntries. Its gzip cache starts empty.
 func (e *Entry) movedCopy() *Entry {
-	return &Entry{Key: e.Key, Namespace: e.Namespace, Name: e.Name, RV: e.RV, Labels: e.Labels, Fields: e.Fields, Raw: e.Raw, Extra: e.Extra}
+	return &Entry{Key: e.Key, RV: e.RV, Labels: e.Labels, Fields: e.Fields, Raw: e.Raw, Extra: e.Extra}
 }

@@ -26,10 +26,8 @@ const btreeDegree = 32
 type Entry struct {
 	// Key orders entries the way etcd orders the apiserver's keys:
 	// "namespace/name" for namespaced objects, "name" for cluster-scoped ones.
-	Key       string
-	Namespace string
-	Name      string
-	RV        uint64
+	Key string
+	RV  uint64
 	// Labels are the object's labels (a Labels from NewEntry, or any
 	// labels.Labels in tests); never nil.
 	Labels labels.Labels
@@ -59,6 +57,20 @@ func ObjectKey(namespace, name string) string {
 		return name
 	}
 	return namespace + "/" + name
+}
+
+// Namespace is the object's namespace, "" when cluster-scoped: the part of
+// Key before its "/" (neither part of a key contains one).
+func (e *Entry) Namespace() string {
+	if i := strings.IndexByte(e.Key, '/'); i >= 0 {
+		return e.Key[:i]
+	}
+	return ""
+}
+
+// Name is the object's name: the part of Key after its "/", if any.
+func (e *Entry) Name() string {
+	return e.Key[strings.IndexByte(e.Key, '/')+1:]
 }
 
 func lessEntry(a, b *Entry) bool { return a.Key < b.Key }

@@ -676,7 +676,7 @@ func (s *Store) upsertLocked(e *Entry) (*Entry, bool) {
 	if replaced {
 		s.bytes -= int64(len(prev.Raw))
 	} else {
-		s.addCountLocked(e.Namespace, 1)
+		s.addCountLocked(e.Namespace(), 1)
 	}
 	e.gzip.attach(s.gzipBytes)
 	s.bytes += int64(len(e.Raw))
@@ -700,7 +700,7 @@ func (s *Store) deleteLocked(key string) (*Entry, bool) {
 		return nil, false
 	}
 	s.bytes -= int64(len(prev.Raw))
-	s.addCountLocked(prev.Namespace, -1)
+	s.addCountLocked(prev.Namespace(), -1)
 	if s.index != nil {
 		s.index.Delete(indexItem{value: prev.Fields.Get(s.cfg.IndexField), key: prev.Key})
 	}

@@ -15,7 +15,7 @@ import (
 
 func entry(ns, name string, rv uint64, node string) *Entry {
 	return &Entry{
-		Key: ObjectKey(ns, name), Namespace: ns, Name: name, RV: rv,
+		Key: ObjectKey(ns, name), RV: rv,
 		Labels: labels.Set{"app": name},
 		Fields: fields.Set{"metadata.name": name, "metadata.namespace": ns, "spec.nodeName": node},
 		Raw:    []byte(fmt.Sprintf(`{"n":%q,"rv":%d}`, name, rv)),
@@ -57,8 +57,8 @@ func TestPage(t *testing.T) {
 		{name: "namespace_last_page", req: PageRequest{Namespace: "a", After: "a/p2", Limit: 1}, want: []string{"a/p3"}, wantLast: "a/p3"},
 		// As the apiserver: once limit matches are found, any further object in
 		// scope (matching or not) means a continue token.
-		{name: "selector_more_even_if_rest_does_not_match", req: PageRequest{Namespace: "a", Limit: 1, Match: func(e *Entry) bool { return e.Name == "p1" }}, want: []string{"a/p1"}, wantMore: true, wantLast: "a/p1"},
-		{name: "selector_no_limit", req: PageRequest{Match: func(e *Entry) bool { return e.Name == "p2" }}, want: []string{"a/p2", "b/p2"}, wantLast: "b/p2"},
+		{name: "selector_more_even_if_rest_does_not_match", req: PageRequest{Namespace: "a", Limit: 1, Match: func(e *Entry) bool { return e.Name() == "p1" }}, want: []string{"a/p1"}, wantMore: true, wantLast: "a/p1"},
+		{name: "selector_no_limit", req: PageRequest{Match: func(e *Entry) bool { return e.Name() == "p2" }}, want: []string{"a/p2", "b/p2"}, wantLast: "b/p2"},
 		{name: "index", req: PageRequest{IndexValue: &n1}, want: []string{"a-b/p1", "a/p1", "a/p3", "b/p2"}, wantLast: "b/p2"},
 		{name: "index_limit_after", req: PageRequest{IndexValue: &n1, After: "a/p1", Limit: 1}, want: []string{"a/p3"}, wantMore: true, wantLast: "a/p3"},
 		// b/p2 is the last n1 object but not the last object in scope.
@@ -68,7 +68,7 @@ func TestPage(t *testing.T) {
 		{name: "index_filled_at_last_match_more_in_scope", req: PageRequest{IndexValue: &n1, Limit: 3, After: "a-b/p1"}, want: []string{"a/p1", "a/p3", "b/p2"}, wantLast: "b/p2"},
 		{name: "index_filled_at_last_match_more_in_index", req: PageRequest{IndexValue: &n1, MoreInIndex: true, Limit: 2, After: "a/p1"}, want: []string{"a/p3", "b/p2"}, wantLast: "b/p2"},
 		{name: "index_namespace", req: PageRequest{IndexValue: &n1, Namespace: "b"}, want: []string{"b/p2"}, wantLast: "b/p2"},
-		{name: "scan_budget_ends_page_early", req: PageRequest{Limit: 5, ScanBudget: 3, Match: func(e *Entry) bool { return e.Name == "p3" }}, want: []string{}, wantMore: true, wantLast: "a/p2"},
+		{name: "scan_budget_ends_page_early", req: PageRequest{Limit: 5, ScanBudget: 3, Match: func(e *Entry) bool { return e.Name() == "p3" }}, want: []string{}, wantMore: true, wantLast: "a/p2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -326,7 +326,7 @@ func TestPageScanBudgetOnlyForLimitedSelectiveLists(t *testing.T) {
 		t.Fatal(err)
 	}
 	none := func(*Entry) bool { return false }
-	some := func(e *Entry) bool { return e.Name == "p149999" }
+	some := func(e *Entry) bool { return e.Name() == "p149999" }
 	tests := []struct {
 		name      string
 		req       PageRequest

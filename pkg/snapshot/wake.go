@@ -22,9 +22,9 @@ type FieldValue struct {
 func valueOf(e *Entry, field string) (string, bool) {
 	switch field {
 	case FieldNamespace:
-		return e.Namespace, true
+		return e.Namespace(), true
 	case FieldName:
-		return e.Name, true
+		return e.Name(), true
 	}
 	if e.Fields == nil {
 		return "", false

@@ -34,10 +34,14 @@ func newEntryMaker(info *Resource, format wire.Format) func(object, stored []byt
 		}
 	}
 	names := make([]string, len(specs))
+	var perObject []string
 	for i, s := range specs {
 		names[i] = s.label
+		if s.perObject {
+			perObject = append(perObject, s.label)
+		}
 	}
-	fieldNames := snapshot.NewFieldNames(names...)
+	fieldNames := snapshot.NewFieldNamesPerObject(names, perObject)
 	gvk := info.GVR.GroupVersion().WithKind(info.Kind)
 	return func(raw, stored []byte) (*snapshot.Entry, error) {
 		m, err := wire.ExtractMeta(format, raw)

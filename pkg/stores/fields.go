@@ -22,6 +22,9 @@ type fieldSpec struct {
 	label string
 	paths []string
 	kind  fieldKind
+	// perObject: the values differ per object (an IP, a UID), so they
+	// are not interned (snapshot.NewFieldNamesPerObject).
+	perObject bool
 }
 
 // builtinFields lists, per built-in resource, the field selector labels the
@@ -40,7 +43,7 @@ var builtinFields = map[schema.GroupResource]struct {
 		{label: "spec.serviceAccountName", paths: []string{"spec.serviceAccountName"}},
 		{label: "spec.hostNetwork", paths: []string{"spec.hostNetwork"}, kind: fieldBool},
 		{label: "status.phase", paths: []string{"status.phase"}},
-		{label: "status.podIP", paths: []string{"status.podIP"}},
+		{label: "status.podIP", paths: []string{"status.podIP"}, perObject: true},
 		{label: "status.nominatedNodeName", paths: []string{"status.nominatedNodeName"}},
 	}},
 	{Resource: "nodes"}: {fields: []fieldSpec{
@@ -53,7 +56,7 @@ var builtinFields = map[schema.GroupResource]struct {
 		{label: "type", paths: []string{"type"}},
 	}},
 	{Resource: "services"}: {namespaceLabel: true, fields: []fieldSpec{
-		{label: "spec.clusterIP", paths: []string{"spec.clusterIP"}},
+		{label: "spec.clusterIP", paths: []string{"spec.clusterIP"}, perObject: true},
 		{label: "spec.type", paths: []string{"spec.type"}},
 	}},
 	{Resource: "replicationcontrollers"}: {namespaceLabel: true, fields: []fieldSpec{
@@ -63,9 +66,9 @@ var builtinFields = map[schema.GroupResource]struct {
 		{label: "involvedObject.kind", paths: []string{"involvedObject.kind"}},
 		{label: "involvedObject.namespace", paths: []string{"involvedObject.namespace"}},
 		{label: "involvedObject.name", paths: []string{"involvedObject.name"}},
-		{label: "involvedObject.uid", paths: []string{"involvedObject.uid"}},
+		{label: "involvedObject.uid", paths: []string{"involvedObject.uid"}, perObject: true},
 		{label: "involvedObject.apiVersion", paths: []string{"involvedObject.apiVersion"}},
-		{label: "involvedObject.resourceVersion", paths: []string{"involvedObject.resourceVersion"}},
+		{label: "involvedObject.resourceVersion", paths: []string{"involvedObject.resourceVersion"}, perObject: true},
 		{label: "involvedObject.fieldPath", paths: []string{"involvedObject.fieldPath"}},
 		{label: "reason", paths: []string{"reason"}},
 		{label: "reportingComponent", paths: []string{"reportingComponent"}},

@@ -560,7 +560,7 @@ func TestWatchListGzipStitched(t *testing.T) {
 				}
 				for _, e := range snap.Page(snapshot.PageRequest{}).Items { // key order
 
-					if (ns == "" || e.Namespace == ns) && (m == nil || m(e)) {
+					if (ns == "" || e.Namespace() == ns) && (m == nil || m(e)) {
 						want = wire.AppendWatchEvent(want, f, wire.Added, podType, e.Raw)
 					}
 				}

@@ -597,7 +597,7 @@ type frameKey struct {
 }
 
 func (w *watcher) matches(e *snapshot.Entry) bool {
-	if w.t.Namespace != "" && e.Namespace != w.t.Namespace {
+	if w.t.Namespace != "" && e.Namespace() != w.t.Namespace {
 		return false
 	}
 	return w.t.Match == nil || w.t.Match(e)

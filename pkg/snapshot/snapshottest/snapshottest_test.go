@@ -14,7 +14,7 @@ import (
 
 func entry(ns, name string, rv uint64, node string) *snapshot.Entry {
 	return &snapshot.Entry{
-		Key: snapshot.ObjectKey(ns, name), Namespace: ns, Name: name, RV: rv,
+		Key: snapshot.ObjectKey(ns, name), RV: rv,
 		Labels: labels.Set{"app": name},
 		Fields: fields.Set{"metadata.name": name, "metadata.namespace": ns, "spec.nodeName": node},
 		Raw:    []byte(fmt.Sprintf(`{"n":%q,"rv":%d}`, name, rv)),
