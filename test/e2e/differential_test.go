@@ -52,8 +52,11 @@ type target struct {
 }
 
 func targets(namespaces []string) []target {
-	podFields := []string{"", "spec.nodeName=node-3", "spec.nodeName!=node-1", "status.phase=Pending", "metadata.name=pod-5", "metadata.namespace=" + namespaces[1], "spec.restartPolicy=Always", "spec.hostNetwork=false"}
-	noWalk := map[string]bool{"metadata.namespace=" + namespaces[1]: true}
+	podFields := []string{"", "spec.nodeName=node-3", "spec.nodeName!=node-1", "status.phase=Pending", "metadata.name=pod-5", "metadata.namespace=" + namespaces[1], "spec.restartPolicy=Always", "spec.hostNetwork=false", "status.podIP=", "status.podIP!=10.0.0.1"}
+	// status.podIP (kept with each entry, not interned): no pod has an
+	// IP, so these select every pod, and a limit=1 walk of all of them
+	// may outlast its pinned snapshot.
+	noWalk := map[string]bool{"metadata.namespace=" + namespaces[1]: true, "status.podIP=": true, "status.podIP!=10.0.0.1": true}
 	return []target{
 		{name: "pods", path: "/api/v1/pods", fieldSelectors: podFields, noWalk: noWalk},
 		{name: "pods_ns", path: "/api/v1/namespaces/" + namespaces[0] + "/pods", fieldSelectors: podFields},
