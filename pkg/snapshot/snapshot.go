@@ -28,8 +28,8 @@ type Entry struct {
 	// "namespace/name" for namespaced objects, "name" for cluster-scoped ones.
 	Key string
 	RV  uint64
-	// Labels are the object's labels (a Labels from NewEntry, or any
-	// labels.Labels in tests); never nil.
+	// Labels are the object's labels (NewEntry's point into its Fields'
+	// array; any labels.Labels in tests); never nil.
 	Labels labels.Labels
 	// Fields holds the values of every field selector listproxy evaluates for
 	// this resource, including metadata.name (and metadata.namespace when
