@@ -66,7 +66,8 @@ func TestClusterScopedEntryWithoutLabelsOrFields(t *testing.T) {
 // Per-object field values, kept with the entry rather than interned,
 // answer as interned ones do, whatever their length and position.
 func TestPerObjectFields(t *testing.T) {
-	long := strings.Repeat("x", 300) // a length of two uvarint bytes
+	long := strings.Repeat("x", 300)     // a length of two uvarint bytes
+	longer := strings.Repeat("z", 20000) // three
 	names := NewFieldNamesPerObject(
 		[]string{"spec.nodeName", "status.podIP", "status.phase", "involvedObject.uid"},
 		[]string{"status.podIP", "involvedObject.uid"})
@@ -77,6 +78,7 @@ func TestPerObjectFields(t *testing.T) {
 		{name: "set", values: []string{"node-1", "10.0.0.7", "Running", "4b1e2a3c"}},
 		{name: "empty", values: []string{"node-1", "", "Pending", ""}},
 		{name: "long", values: []string{"", long, "Running", long + "y"}},
+		{name: "longer", values: []string{"node-1", longer, "Running", long}},
 		{name: "missing_values", values: []string{"node-1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
