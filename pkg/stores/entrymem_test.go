@@ -65,20 +65,22 @@ func TestEntryOverhead(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := liveHeap()
-			entries := make([]*snapshot.Entry, n)
-			for i := range entries {
-				e, err := tc.entry(i)
-				if err != nil {
-					t.Fatal(err)
-				}
-				entries[i] = e
-			}
 			store := snapshot.NewStore(snapshot.StoreConfig{
 				IndexField: "spec.nodeName",
 				Pack:       func(items [][]byte) [][]byte { return wire.PackItems(tc.format, items) },
 			})
-			store.Replace(entries, 1)
-			entries = nil
+			// The entries' slice is gone once the store holds them.
+			func() {
+				entries := make([]*snapshot.Entry, n)
+				for i := range entries {
+					e, err := tc.entry(i)
+					if err != nil {
+						t.Fatal(err)
+					}
+					entries[i] = e
+				}
+				store.Replace(entries, 1)
+			}()
 			after := liveHeap()
 			latest, _, err := store.Latest()
 			if err != nil {
