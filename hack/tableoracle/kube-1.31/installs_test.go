@@ -1,0 +1,1 @@
+../kube-1.37/installs_test.go
