@@ -244,24 +244,7 @@ func (b *bench) writes(ctx context.Context, d time.Duration, tag string) (map[st
 			}
 		})
 	}
-	tick := time.NewTicker(time.Second / time.Duration(b.cfg.writeRate))
-	stop := time.After(d)
-loop:
-	for i := 0; ; i++ {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-stop:
-			break loop
-		case <-tick.C:
-		}
-		select {
-		case jobs <- i:
-		default:
-		}
-	}
-	tick.Stop()
-	close(jobs)
+	paceJobs(ctx, jobs, b.cfg.writeRate, d)
 	wg.Wait()
 	return sent, float64(done.Load()) / time.Since(begin).Seconds()
 }
@@ -329,4 +312,27 @@ func apiserverPodWatches(ctx context.Context, api *target) (num, error) {
 		return 0, err
 	}
 	return num(m.Sum("apiserver_longrunning_requests", `verb="WATCH"`, `resource="pods"`)), nil
+}
+
+// paceJobs sends the job numbers 0, 1, … to jobs, rate a second, for d or
+// until ctx ends, then closes jobs. A number is skipped when every worker
+// is busy, so the workers never fall behind the pace.
+func paceJobs(ctx context.Context, jobs chan<- int, rate int, d time.Duration) {
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	defer close(jobs)
+	stop := time.After(d)
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		select {
+		case jobs <- i:
+		default:
+		}
+	}
 }

@@ -375,24 +375,7 @@ func (b *bench) configMapWrites(ctx context.Context, d time.Duration) int {
 			}
 		})
 	}
-	tick := time.NewTicker(time.Second / time.Duration(b.cfg.writeRate))
-	stop := time.After(d)
-loop:
-	for i := 0; ; i++ {
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-stop:
-			break loop
-		case <-tick.C:
-		}
-		select {
-		case jobs <- i:
-		default:
-		}
-	}
-	tick.Stop()
-	close(jobs)
+	paceJobs(ctx, jobs, b.cfg.writeRate, d)
 	wg.Wait()
 	return int(done.Load())
 }
