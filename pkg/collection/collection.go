@@ -71,7 +71,7 @@ func (r Request) ResourceName() string {
 
 // Match reports whether the request's selectors select e.
 func (r Request) Match(e *snapshot.Entry) bool {
-	return r.Labels.Matches(e.Labels) && r.Fields.Matches(e.Fields)
+	return r.Labels.Matches(e.Labels()) && r.Fields.Matches(e.Fields())
 }
 
 // Parse decides whether r, with the given selectors (from its query), is a

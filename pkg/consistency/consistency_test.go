@@ -22,8 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clocktesting "k8s.io/utils/clock/testing"
 
@@ -203,7 +201,7 @@ func testStore(objects []keyRV, rv, progress uint64) *snapshot.Store {
 	s := snapshot.NewStore(snapshot.StoreConfig{})
 	var entries []*snapshot.Entry
 	for _, o := range objects {
-		entries = append(entries, &snapshot.Entry{Key: o.key, RV: o.rv, Labels: labels.Set{}, Fields: fields.Set{}, Raw: []byte("x")})
+		entries = append(entries, &snapshot.Entry{Key: o.key, RV: o.rv, Raw: []byte("x")})
 	}
 	s.Replace(entries, rv)
 	s.MarkProgress(progress)

@@ -301,7 +301,7 @@ func (l *Lists) page(req listRequest, d paging.Decision, token paging.Token, sna
 	if req.Selective {
 		labelSel, fieldSel := req.Labels, req.Fields
 		pr.Match = func(e *snapshot.Entry) bool {
-			return labelSel.Matches(e.Labels) && fieldSel.Matches(e.Fields)
+			return labelSel.Matches(e.Labels()) && fieldSel.Matches(e.Fields())
 		}
 	}
 	if firstPage {

@@ -25,7 +25,7 @@ func resolveFixture(t *testing.T) (*Lists, *paging.Keyring) {
 		t.Fatal(err)
 	}
 	pod := func(name string, rv uint64) *snapshot.Entry {
-		return &snapshot.Entry{Key: "a/" + name, RV: rv, Labels: labels.Set{}, Fields: fields.Set{}, Raw: []byte("{}")}
+		return &snapshot.Entry{Key: "a/" + name, RV: rv, Raw: []byte("{}")}
 	}
 	store := snapshot.NewStore(snapshot.StoreConfig{History: time.Hour})
 	store.Replace([]*snapshot.Entry{pod("p1", 5)}, 10)

@@ -12,8 +12,6 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -28,12 +26,7 @@ func testPod(ns, name string, rv uint64) *snapshot.Entry {
 		app = "odd"
 	}
 	raw := fmt.Sprintf(`{"kind":"Pod","apiVersion":"v1","metadata":{"name":%q,"namespace":%q,"resourceVersion":"%d","labels":{"app":%q}}}`, name, ns, rv, app)
-	return &snapshot.Entry{
-		Key: snapshot.ObjectKey(ns, name), RV: rv,
-		Labels: labels.Set{"app": app},
-		Fields: fields.Set{"metadata.name": name, "metadata.namespace": ns},
-		Raw:    []byte(raw),
-	}
+	return snapshot.NewEntry(ns, name, rv, map[string]string{"app": app}, nil, nil, []byte(raw))
 }
 
 // newServeTestLists returns a Lists serving pods from a synced JSON store

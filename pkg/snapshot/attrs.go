@@ -16,60 +16,101 @@ import (
 // A store holds one Entry per object per representation, and selectors read
 // only a handful of short strings from each. labels.Set and fields.Set maps
 // cost ~1.2 KB per pod entry (BenchmarkStoreMemory, 100k pods: 1284
-// entry-bytes/obj with maps); sorted slices of interned strings cost a
-// fraction of that, and the repeated strings (label keys and values, node
-// names, phases) are shared by every entry and every representation.
+// entry-bytes/obj with maps). An entry instead keeps its labels as one
+// string and its field values as another, each interned whole: the pods of
+// one ReplicaSet share their labels' string, the pods of one node in one
+// phase their fields' string, so that most entries hold two handles and
+// no strings of their own (TestEntryOverhead). Values that differ per
+// object (a pod's IP) are kept apart, in the entry.
 
-// Labels is an immutable label set: interned key/value pairs sorted by key.
-// It implements labels.Labels.
-type Labels struct {
-	pairs []unique.Handle[string] // key0, value0, key1, value1, …
+// attrs are what selectors read from an entry besides its key.
+type attrs struct {
+	// names are the resource's selectable fields; nil for an entry known
+	// by its key only (a deletion's), which has no fields.
+	names *FieldNames
+	// shared holds the values of names' fields that are not per-object,
+	// in order; labels the label pairs sorted by key, key then value. Each
+	// string is preceded by its length as a uvarint (appendString); the
+	// zero handle is the empty string.
+	shared, labels unique.Handle[string]
+	// own holds the values of the per-object fields in order, encoded as
+	// shared is.
+	own string
 }
 
-var _ labels.Labels = Labels{}
+// noFieldNames are the selectable fields of an entry whose resource has
+// none besides metadata.name and metadata.namespace.
+var noFieldNames = &FieldNames{}
 
-// NewLabels returns the compact, interned form of m.
-func NewLabels(m map[string]string) Labels {
-	if len(m) == 0 {
-		return Labels{}
+// newAttrs returns the attributes of an object; values[i] is the value of
+// names' i-th field ("" when missing).
+func newAttrs(names *FieldNames, values []string, labelMap map[string]string) attrs {
+	if names == nil {
+		names = noFieldNames
 	}
-	return Labels{pairs: appendLabels(make([]unique.Handle[string], 0, 2*len(m)), m)}
-}
-
-// appendLabels appends m's interned pairs, sorted by key, to pairs.
-func appendLabels(pairs []unique.Handle[string], m map[string]string) []unique.Handle[string] {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		pairs = append(pairs, unique.Make(k), unique.Make(m[k]))
-	}
-	return pairs
-}
-
-// Has reports whether key is set.
-func (l Labels) Has(key string) bool {
-	_, ok := l.Lookup(key)
-	return ok
-}
-
-// Get returns the value of key, or "".
-func (l Labels) Get(key string) string {
-	v, _ := l.Lookup(key)
-	return v
-}
-
-// Lookup returns the value of key and whether it is set.
-func (l Labels) Lookup(key string) (string, bool) {
-	// Label sets are small: a linear scan beats a binary search.
-	for i := 0; i < len(l.pairs); i += 2 {
-		if l.pairs[i].Value() == key {
-			return l.pairs[i+1].Value(), true
+	a := attrs{names: names}
+	var shared, own []byte
+	for i, perObject := range names.perObject {
+		v := ""
+		if i < len(values) {
+			v = values[i]
+		}
+		if perObject {
+			own = appendString(own, v)
+		} else {
+			shared = appendString(shared, v)
 		}
 	}
-	return "", false
+	a.shared = intern(shared)
+	a.own = string(own)
+	if len(labelMap) > 0 {
+		keys := make([]string, 0, len(labelMap))
+		for k := range labelMap {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var pairs []byte
+		for _, k := range keys {
+			pairs = appendString(appendString(pairs, k), labelMap[k])
+		}
+		a.labels = intern(pairs)
+	}
+	return a
+}
+
+// intern returns the handle of b's string; the zero handle when b is
+// empty.
+func intern(b []byte) unique.Handle[string] {
+	if len(b) == 0 {
+		return unique.Handle[string]{}
+	}
+	return unique.Make(string(b))
+}
+
+// value returns h's string; "" for the zero handle.
+func value(h unique.Handle[string]) string {
+	if h == (unique.Handle[string]{}) {
+		return ""
+	}
+	return h.Value()
+}
+
+// appendString appends s preceded by its length as a uvarint.
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// nextString splits the first string off b, which appendString wrote.
+func nextString(b string) (s, rest string) {
+	size, shift, i := 0, 0, 0
+	for ; b[i] >= 0x80; i++ {
+		size |= int(b[i]&0x7f) << shift
+		shift += 7
+	}
+	size |= int(b[i]) << shift
+	i++
+	return b[i : i+size], b[i+size:]
 }
 
 // FieldNames is the fixed list of selectable fields a resource's entries
@@ -100,119 +141,79 @@ func NewFieldNamesPerObject(names, perObject []string) *FieldNames {
 	return n
 }
 
-// Fields is an immutable set of field values of one entry. It implements
-// fields.Fields for the entry's metadata.name, metadata.namespace and the
-// names of its FieldNames.
-type Fields struct {
-	names *FieldNames
-	// key is the entry's key (ObjectKey), which holds its namespace and
-	// name.
-	key string
-	// values[i] belongs to names.names[i]; zero for a per-object field.
-	// The entry's label pairs follow them (see entryLabels).
-	values []unique.Handle[string]
-	// own holds the values of the per-object fields in order, each
-	// preceded by its length as a uvarint.
-	own string
-}
-
-var _ fields.Fields = (*Fields)(nil)
-
-// NewFields returns the field set of an object; values[i] is the value of
-// names' i-th field.
-func NewFields(names *FieldNames, namespace, name string, values []string) *Fields {
-	return newFields(names, ObjectKey(namespace, name), values, nil)
-}
-
-// newFields returns the field set of an object, with its labels' pairs
-// after the field values, in the same array.
-func newFields(names *FieldNames, key string, values []string, labelMap map[string]string) *Fields {
-	f := &Fields{names: names, key: key}
-	n := 0
-	if names != nil {
-		n = len(names.names)
-	}
-	if n+len(labelMap) == 0 {
-		return f
-	}
-	f.values = make([]unique.Handle[string], n, n+2*len(labelMap))
-	var own []byte
-	for i := range f.values {
-		v := ""
-		if i < len(values) {
-			v = values[i]
-		}
-		if names.perObject[i] {
-			own = binary.AppendUvarint(own, uint64(len(v)))
-			own = append(own, v...)
-			continue
-		}
-		f.values[i] = unique.Make(v)
-	}
-	f.own = string(own)
-	f.values = appendLabels(f.values, labelMap)
-	return f
-}
-
-// entryLabels is the label set of an entry built by NewEntry: the pairs
-// after its field values. A pointer to it is a labels.Labels without an
-// allocation of its own.
-type entryLabels Fields
+// entryLabels is an entry seen as its label set. A pointer to it is a
+// labels.Labels without an allocation of its own.
+type entryLabels Entry
 
 var _ labels.Labels = (*entryLabels)(nil)
 
-func (l *entryLabels) pairs() Labels {
-	n := 0
-	if l.names != nil {
-		n = len(l.names.names)
-	}
-	return Labels{pairs: l.values[n:]}
+// Has reports whether key is set.
+func (l *entryLabels) Has(key string) bool {
+	_, ok := l.Lookup(key)
+	return ok
 }
 
-// Has reports whether key is set.
-func (l *entryLabels) Has(key string) bool { return l.pairs().Has(key) }
-
 // Get returns the value of key, or "".
-func (l *entryLabels) Get(key string) string { return l.pairs().Get(key) }
+func (l *entryLabels) Get(key string) string {
+	v, _ := l.Lookup(key)
+	return v
+}
 
 // Lookup returns the value of key and whether it is set.
-func (l *entryLabels) Lookup(key string) (string, bool) { return l.pairs().Lookup(key) }
+func (l *entryLabels) Lookup(key string) (string, bool) {
+	// Label sets are small: a linear scan beats a binary search.
+	for pairs := value(l.attrs.labels); pairs != ""; {
+		var k, v string
+		k, pairs = nextString(pairs)
+		v, pairs = nextString(pairs)
+		if k == key {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// entryFields is an entry seen as its field set: metadata.name,
+// metadata.namespace and the fields of its FieldNames. A pointer to it is
+// a fields.Fields without an allocation of its own.
+type entryFields Entry
+
+var _ fields.Fields = (*entryFields)(nil)
 
 // Has reports whether field is one of the set's fields.
-func (f *Fields) Has(field string) bool {
+func (f *entryFields) Has(field string) bool {
 	_, ok := f.lookup(field)
 	return ok
 }
 
 // Get returns the value of field, or "".
-func (f *Fields) Get(field string) string {
+func (f *entryFields) Get(field string) string {
 	v, _ := f.lookup(field)
 	return v
 }
 
-func (f *Fields) lookup(field string) (string, bool) {
+func (f *entryFields) lookup(field string) (string, bool) {
 	switch field {
 	case "metadata.name":
-		return f.key[strings.IndexByte(f.key, '/')+1:], true
+		return f.Key[strings.IndexByte(f.Key, '/')+1:], true
 	case "metadata.namespace":
-		if i := strings.IndexByte(f.key, '/'); i >= 0 {
-			return f.key[:i], true
+		if i := strings.IndexByte(f.Key, '/'); i >= 0 {
+			return f.Key[:i], true
 		}
 		return "", true
 	}
-	if f.names == nil {
+	names := f.attrs.names
+	if names == nil {
 		return "", false
 	}
-	own := f.own
-	for i, n := range f.names.names {
-		if !f.names.perObject[i] {
-			if n == field {
-				return f.values[i].Value(), true
-			}
-			continue
-		}
+	shared, own := value(f.attrs.shared), f.attrs.own
+	for i, n := range names.names {
 		var v string
-		v, own = nextOwn(own)
+		if names.perObject[i] {
+			v, own = nextString(own)
+		} else {
+			v, shared = nextString(shared)
+		}
 		if n == field {
 			return v, true
 		}
@@ -220,28 +221,13 @@ func (f *Fields) lookup(field string) (string, bool) {
 	return "", false
 }
 
-// nextOwn splits the first value off own (see Fields.own).
-func nextOwn(own string) (v, rest string) {
-	size, shift, i := 0, 0, 0
-	for ; own[i] >= 0x80; i++ {
-		size |= int(own[i]&0x7f) << shift
-		shift += 7
-	}
-	size |= int(own[i]) << shift
-	i++
-	return own[i : i+size], own[i+size:]
-}
-
 // NewEntry builds the entry of one object: its key, interned labels and
 // field values (values[i] for names' i-th field), and a copy of raw.
 func NewEntry(namespace, name string, rv uint64, labelMap map[string]string, names *FieldNames, values []string, raw []byte) *Entry {
-	key := ObjectKey(namespace, name)
-	f := newFields(names, key, values, labelMap)
 	return &Entry{
-		Key:    key,
-		RV:     rv,
-		Labels: (*entryLabels)(f),
-		Fields: f,
-		Raw:    append([]byte(nil), raw...),
+		Key:   ObjectKey(namespace, name),
+		RV:    rv,
+		Raw:   append([]byte(nil), raw...),
+		attrs: newAttrs(names, values, labelMap),
 	}
 }

@@ -31,7 +31,7 @@ func TestCompactSetsMatchLikeMaps(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parse %q: %v", sel, err)
 		}
-		if got, want := s.Matches(e.Labels), s.Matches(labels.Set(labelMap)); got != want {
+		if got, want := s.Matches(e.Labels()), s.Matches(labels.Set(labelMap)); got != want {
 			t.Errorf("label selector %q: compact %v, map %v", sel, got, want)
 		}
 	}
@@ -44,7 +44,7 @@ func TestCompactSetsMatchLikeMaps(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parse %q: %v", sel, err)
 		}
-		if got, want := s.Matches(e.Fields), s.Matches(fieldMap); got != want {
+		if got, want := s.Matches(e.Fields()), s.Matches(fieldMap); got != want {
 			t.Errorf("field selector %q: compact %v, map %v", sel, got, want)
 		}
 	}
@@ -55,10 +55,10 @@ func TestClusterScopedEntryWithoutLabelsOrFields(t *testing.T) {
 	if e.Key != "node-1" || e.Name() != "node-1" || e.Namespace() != "" {
 		t.Fatalf("entry = %+v", e)
 	}
-	if e.Labels.Has("a") || !labels.Everything().Matches(e.Labels) {
+	if e.Labels().Has("a") || !labels.Everything().Matches(e.Labels()) {
 		t.Errorf("empty labels misbehave")
 	}
-	if !e.Fields.Has("metadata.name") || e.Fields.Get("metadata.namespace") != "" || e.Fields.Has("spec.x") {
+	if !e.Fields().Has("metadata.name") || e.Fields().Get("metadata.namespace") != "" || e.Fields().Has("spec.x") {
 		t.Errorf("fields misbehave")
 	}
 }
@@ -92,15 +92,15 @@ func TestPerObjectFields(t *testing.T) {
 			}
 			got := map[string]string{}
 			for n := range want {
-				if !e.Fields.Has(n) {
+				if !e.Fields().Has(n) {
 					t.Errorf("Has(%q) = false", n)
 				}
-				got[n] = e.Fields.Get(n)
+				got[n] = e.Fields().Get(n)
 			}
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("fields (-want +got):\n%s", diff)
 			}
-			if e.Fields.Has("spec.unknown") {
+			if e.Fields().Has("spec.unknown") {
 				t.Error(`Has("spec.unknown") = true`)
 			}
 		})

@@ -185,7 +185,7 @@ func BenchmarkPageSelector(b *testing.B) {
 		b.Fatal(err)
 	}
 	fieldSel := fields.Everything()
-	match := func(e *Entry) bool { return labelSel.Matches(e.Labels) && fieldSel.Matches(e.Fields) }
+	match := func(e *Entry) bool { return labelSel.Matches(e.Labels()) && fieldSel.Matches(e.Fields()) }
 	for _, limit := range []int{benchPageLimit, 0} {
 		b.Run(fmt.Sprintf("limit=%d", limit), func(b *testing.B) {
 			b.ReportAllocs()
@@ -216,7 +216,8 @@ func BenchmarkApplyClone(b *testing.B) {
 	updates := make([]*Entry, 4096)
 	for i := range updates {
 		e := entries[(i*7919)%len(entries)]
-		updates[i] = &Entry{Key: e.Key, RV: e.RV, Labels: labels.Set{"idx": strconv.Itoa(i % 10)}, Fields: e.Fields, Raw: e.Raw}
+		updates[i] = e.WithRV(e.RV)
+		updates[i].attrs.labels = newAttrs(nil, nil, map[string]string{"idx": strconv.Itoa(i % 10)}).labels
 	}
 	for _, depth := range []int{0, 1000, 10_000} {
 		name := "history=none"
@@ -232,7 +233,7 @@ func BenchmarkApplyClone(b *testing.B) {
 				rv++
 				clk.SetTime(clk.Now().Add(time.Millisecond))
 				u := updates[i%len(updates)]
-				s.Apply(Change{Entry: &Entry{Key: u.Key, RV: rv, Labels: u.Labels, Fields: u.Fields, Raw: u.Raw}}, rv)
+				s.Apply(Change{Entry: u.WithRV(rv)}, rv)
 				i++
 			}
 			for range depth + 1 {

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -93,10 +91,7 @@ func extractFake(raw []byte) (*Entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Entry{
-		Key: ObjectKey(parts[0], parts[1]), RV: rv,
-		Labels: labels.Set{}, Fields: fields.Set{}, Raw: append([]byte(nil), raw...),
-	}, nil
+	return NewEntry(parts[0], parts[1], rv, nil, nil, nil, raw), nil
 }
 
 // feederHarness runs a feeder over a fakeSource and a fake clock and

@@ -1,6 +1,7 @@
 package snapshot
 
 import (
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 
@@ -76,32 +77,65 @@ func (it *GzipItem) bytes() int64 {
 
 // gzipCache is the one mutable part of an Entry: a GzipItem per use.
 type gzipCache struct {
-	items [gzipUses]atomic.Pointer[GzipItem]
-	// mu serialises setting chunks with attach and detach, so that owner
-	// counts every chunk cached while the entry is attached exactly once.
-	mu sync.Mutex
+	// items is allocated when a gzip response first uses the entry: most
+	// entries never are.
+	items atomic.Pointer[gzipItems]
 	// owner, when set, counts the compressed bytes of the chunks (the
 	// store's Stats.GzipBytes while the entry is in its latest snapshot).
+	// Guarded by the entry's gzipLock.
 	owner *atomic.Int64
 }
 
-// chunkBytesLocked returns the compressed bytes of the cached chunks.
-func (c *gzipCache) chunkBytesLocked() int64 {
+type gzipItems [gzipUses]atomic.Pointer[GzipItem]
+
+// gzipLocks serialise setting an entry's chunks with attaching and
+// detaching it, so that owner counts every chunk cached while the entry is
+// attached exactly once. They are shared by entries (gzipLock) since a
+// lock of its own would grow every entry; each is held only to swap a
+// pointer and add a count.
+var (
+	gzipLocks    [64]sync.Mutex
+	gzipLockSeed = maphash.MakeSeed()
+)
+
+// gzipLock is e's lock among gzipLocks.
+func (e *Entry) gzipLock() *sync.Mutex {
+	return &gzipLocks[maphash.String(gzipLockSeed, e.Key)%uint64(len(gzipLocks))]
+}
+
+// gzipSlot is where e's item for u is kept.
+func (e *Entry) gzipSlot(u GzipUse) *atomic.Pointer[GzipItem] {
+	items := e.gzip.items.Load()
+	if items == nil {
+		e.gzip.items.CompareAndSwap(nil, new(gzipItems))
+		items = e.gzip.items.Load()
+	}
+	return &items[u]
+}
+
+// gzipBytesLocked returns the compressed bytes of e's cached chunks.
+func (e *Entry) gzipBytesLocked() int64 {
+	items := e.gzip.items.Load()
+	if items == nil {
+		return 0
+	}
 	var n int64
-	for i := range c.items {
-		n += c.items[i].Load().bytes()
+	for i := range items {
+		n += items[i].Load().bytes()
 	}
 	return n
 }
 
-// attach counts the chunks in owner from now on.
-func (c *gzipCache) attach(owner *atomic.Int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// attachGzip counts e's chunks in owner from now on.
+func (e *Entry) attachGzip(owner *atomic.Int64) {
+	mu := e.gzipLock()
+	mu.Lock()
+	defer mu.Unlock()
+	c := &e.gzip
 	if c.owner == owner {
 		return
 	}
-	n := c.chunkBytesLocked()
+	n := e.gzipBytesLocked()
 	if c.owner != nil {
 		c.owner.Add(-n)
 	}
@@ -109,15 +143,17 @@ func (c *gzipCache) attach(owner *atomic.Int64) {
 	owner.Add(n)
 }
 
-// detach stops counting the chunks and returns their bytes; 0 when they
-// were not counted.
-func (c *gzipCache) detach() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// detachGzip stops counting e's chunks and returns their bytes; 0 when
+// they were not counted.
+func (e *Entry) detachGzip() int64 {
+	mu := e.gzipLock()
+	mu.Lock()
+	defer mu.Unlock()
+	c := &e.gzip
 	if c.owner == nil {
 		return 0
 	}
-	n := c.chunkBytesLocked()
+	n := e.gzipBytesLocked()
 	c.owner.Add(-n)
 	c.owner = nil
 	return n
@@ -129,7 +165,7 @@ var lastGzipID atomic.Uint64
 // Gzip returns what gzip responses cached on e for u, giving e its ID on
 // first use. Safe for concurrent use.
 func (e *Entry) Gzip(u GzipUse) *GzipItem {
-	p := &e.gzip.items[u]
+	p := e.gzipSlot(u)
 	if it := p.Load(); it != nil {
 		return it
 	}
@@ -141,7 +177,11 @@ func (e *Entry) Gzip(u GzipUse) *GzipItem {
 
 // GzipCached returns what gzip responses cached on e for u, or nil.
 func (e *Entry) GzipCached(u GzipUse) *GzipItem {
-	return e.gzip.items[u].Load()
+	items := e.gzip.items.Load()
+	if items == nil {
+		return nil
+	}
+	return items[u].Load()
 }
 
 // SetGzipChunk caches c for u, compressed after the entries with IDs after,
@@ -179,9 +219,10 @@ func (e *Entry) SetGzipChunkKey(u GzipUse, key uint64, c gzstitch.Chunk, after [
 // setGzip replaces e's item for u by what next makes of e's ID and the item
 // it replaces (nil if none), and counts the difference in bytes.
 func (e *Entry) setGzip(u GzipUse, next func(id uint64, old *GzipItem) *GzipItem) {
-	e.gzip.mu.Lock()
-	defer e.gzip.mu.Unlock()
-	p := &e.gzip.items[u]
+	mu := e.gzipLock()
+	mu.Lock()
+	defer mu.Unlock()
+	p := e.gzipSlot(u)
 	for {
 		old := p.Load()
 		id := uint64(0)

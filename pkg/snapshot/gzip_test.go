@@ -70,7 +70,7 @@ func TestEntryGzipKeys(t *testing.T) {
 			e := &Entry{Key: "a"}
 			id := e.Gzip(GzipTableRow).ID
 			var owner atomic.Int64
-			e.gzip.attach(&owner)
+			e.attachGzip(&owner)
 			for _, s := range tc.sets {
 				e.SetGzipChunkKey(GzipTableRow, s.key, chunk(s.size), []uint64{7}, tc.keep)
 			}
@@ -96,7 +96,7 @@ func TestEntryGzipKeys(t *testing.T) {
 			if owner.Load() != bytes {
 				t.Errorf("owner counts %d bytes, want %d", owner.Load(), bytes)
 			}
-			if n := e.gzip.detach(); n != bytes {
+			if n := e.detachGzip(); n != bytes {
 				t.Errorf("detach returned %d bytes, want %d", n, bytes)
 			}
 		})

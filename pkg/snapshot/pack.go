@@ -119,8 +119,8 @@ func (s *Store) supersededLocked(prev *Entry) int64 {
 	moved := s.packEntries(live)
 	for _, e := range live {
 		old, _ := s.objects.ReplaceOrInsert(e)
-		moved += old.gzip.detach() // older snapshots keep its chunks
-		e.gzip.attach(s.gzipBytes)
+		moved += old.detachGzip() // older snapshots keep its chunks
+		e.attachGzip(s.gzipBytes)
 	}
 	return moved
 }
@@ -128,5 +128,5 @@ func (s *Store) supersededLocked(prev *Entry) int64 {
 // movedCopy is a copy of e, for the same object version, to be given new Raw
 // bytes by packEntries. Its gzip cache starts empty.
 func (e *Entry) movedCopy() *Entry {
-	return &Entry{Key: e.Key, RV: e.RV, Labels: e.Labels, Fields: e.Fields, Raw: e.Raw, Extra: e.Extra}
+	return e.WithRV(e.RV)
 }

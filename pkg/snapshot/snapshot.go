@@ -28,13 +28,6 @@ type Entry struct {
 	// "namespace/name" for namespaced objects, "name" for cluster-scoped ones.
 	Key string
 	RV  uint64
-	// Labels are the object's labels (NewEntry's point into its Fields'
-	// array; any labels.Labels in tests); never nil.
-	Labels labels.Labels
-	// Fields holds the values of every field selector listproxy evaluates for
-	// this resource, including metadata.name (and metadata.namespace when
-	// namespaced); a *Fields from NewEntry, or any fields.Fields; never nil.
-	Fields fields.Fields
 	// Raw is the object exactly as an item of the apiserver's list response.
 	// It is read only: once packed (see pack.go) its capacity reaches over
 	// the entries packed after it, which an append would overwrite.
@@ -43,6 +36,10 @@ type Entry struct {
 	// servers besides labels and fields (where a Table row's clock cells
 	// lie); nil for most representations. Opaque to the store.
 	Extra any
+	// attrs are the object's labels and selectable field values (Labels,
+	// Fields), set by NewEntry; an entry built otherwise has no labels and
+	// only metadata.name and metadata.namespace.
+	attrs attrs
 	// gzip holds the item compressed for gzip responses once one needed it
 	// (see Gzip); the only part of an Entry that changes after insertion.
 	gzip gzipCache
@@ -71,6 +68,20 @@ func (e *Entry) Namespace() string {
 // Name is the object's name: the part of Key after its "/", if any.
 func (e *Entry) Name() string {
 	return e.Key[strings.IndexByte(e.Key, '/')+1:]
+}
+
+// Labels returns the object's labels.
+func (e *Entry) Labels() labels.Labels { return (*entryLabels)(e) }
+
+// Fields returns the values of every field selector listproxy evaluates
+// for the object's resource, metadata.name and metadata.namespace
+// included.
+func (e *Entry) Fields() fields.Fields { return (*entryFields)(e) }
+
+// WithRV returns a new entry of e's object at rv, with e's bytes, labels,
+// fields and Extra, and nothing cached.
+func (e *Entry) WithRV(rv uint64) *Entry {
+	return &Entry{Key: e.Key, RV: rv, Raw: e.Raw, Extra: e.Extra, attrs: e.attrs}
 }
 
 func lessEntry(a, b *Entry) bool { return a.Key < b.Key }

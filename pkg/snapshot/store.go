@@ -612,7 +612,7 @@ func (s *Store) dropHistoryLocked(history []*Snapshot, n int) []*Snapshot {
 // snapshots and the feed: its own, the rest of its packed array when that
 // is moved, and its gzip chunks.
 func (s *Store) supersededBytesLocked(prev *Entry) int64 {
-	return int64(len(prev.Raw)) + s.supersededLocked(prev) + prev.gzip.detach()
+	return int64(len(prev.Raw)) + s.supersededLocked(prev) + prev.detachGzip()
 }
 
 // boundFeedLocked bounds the feed's bytes now that history is history.
@@ -678,12 +678,12 @@ func (s *Store) upsertLocked(e *Entry) (*Entry, bool) {
 	} else {
 		s.addCountLocked(e.Namespace(), 1)
 	}
-	e.gzip.attach(s.gzipBytes)
+	e.attachGzip(s.gzipBytes)
 	s.bytes += int64(len(e.Raw))
 	if s.index != nil {
-		value := e.Fields.Get(s.cfg.IndexField)
+		value := e.Fields().Get(s.cfg.IndexField)
 		if replaced {
-			prevValue := prev.Fields.Get(s.cfg.IndexField)
+			prevValue := prev.Fields().Get(s.cfg.IndexField)
 			if prevValue == value {
 				return prev, replaced
 			}
@@ -702,7 +702,7 @@ func (s *Store) deleteLocked(key string) (*Entry, bool) {
 	s.bytes -= int64(len(prev.Raw))
 	s.addCountLocked(prev.Namespace(), -1)
 	if s.index != nil {
-		s.index.Delete(indexItem{value: prev.Fields.Get(s.cfg.IndexField), key: prev.Key})
+		s.index.Delete(indexItem{value: prev.Fields().Get(s.cfg.IndexField), key: prev.Key})
 	}
 	return prev, true
 }

@@ -8,18 +8,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
+var nodeName = NewFieldNames("spec.nodeName")
+
 func entry(ns, name string, rv uint64, node string) *Entry {
-	return &Entry{
-		Key: ObjectKey(ns, name), RV: rv,
-		Labels: labels.Set{"app": name},
-		Fields: fields.Set{"metadata.name": name, "metadata.namespace": ns, "spec.nodeName": node},
-		Raw:    []byte(fmt.Sprintf(`{"n":%q,"rv":%d}`, name, rv)),
-	}
+	return NewEntry(ns, name, rv, map[string]string{"app": name}, nodeName, []string{node},
+		[]byte(fmt.Sprintf(`{"n":%q,"rv":%d}`, name, rv)))
 }
 
 func keys(p Page) []string {

@@ -26,11 +26,11 @@ func valueOf(e *Entry, field string) (string, bool) {
 	case FieldName:
 		return e.Name(), true
 	}
-	if e.Fields == nil {
+	if e.attrs.names == nil {
 		return "", false
 	}
 	// As a field selector reads it: a field the entry lacks is "".
-	return e.Fields.Get(field), true
+	return e.Fields().Get(field), true
 }
 
 // Wait is a wait for the next change to an object with one field value

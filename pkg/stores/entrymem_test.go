@@ -19,12 +19,12 @@ import (
 // Bounds on what a store keeps per pod beside the pod's bytes: the entry,
 // its key, labels and selector fields, a Table row's clock cells, and the
 // trees and spec.nodeName index (TestEntryOverhead). They hold what was
-// measured (579 and 515 B, 2026-11-27) with a little room, so that any
+// measured (340 and 276 B, 2026-11-27) with a little room, so that any
 // word added to every entry fails; the target for a Table row of the
 // bench's pods (3.4 KiB) is 10% of it, 340 B.
 const (
-	tableEntryOverheadMax = 590
-	jsonEntryOverheadMax  = 525
+	tableEntryOverheadMax = 350
+	jsonEntryOverheadMax  = 285
 )
 
 // TestEntryOverhead holds the heap a store of pods keeps per entry beside

@@ -184,7 +184,7 @@ func benchmarkFanOutNodeScoped(b *testing.B, watchers int) {
 		node := fmt.Sprintf("node-%d", i)
 		target := Target{
 			Resource: "widgets.demo.listproxy.io", Format: wire.JSON, Type: widgetType, Store: store,
-			Match: func(e *snapshot.Entry) bool { return e.Fields.Get("spec.nodeName") == node },
+			Match: func(e *snapshot.Entry) bool { return e.Fields().Get("spec.nodeName") == node },
 			Wake:  snapshot.FieldValue{Field: "spec.nodeName", Value: node},
 		}
 		r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/?"+q, nil)

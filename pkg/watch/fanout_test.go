@@ -34,7 +34,7 @@ func nodeTarget(store *snapshot.Store, node string, matches *atomic.Int64) Targe
 			if matches != nil {
 				matches.Add(1)
 			}
-			return e.Fields.Get("spec.nodeName") == node
+			return e.Fields().Get("spec.nodeName") == node
 		},
 		Wake:              snapshot.FieldValue{Field: "spec.nodeName", Value: node},
 		WatchListDefaults: true,

@@ -62,7 +62,7 @@ func serveWith(t *testing.T, store *snapshot.Store, cfg Config, adjust ...func(*
 			return
 		}
 		target := Target{Resource: "widgets.demo.listproxy.io", Format: wire.JSON, Type: widgetType, Store: store,
-			Match:             func(e *snapshot.Entry) bool { return sel.Matches(e.Labels) },
+			Match:             func(e *snapshot.Entry) bool { return sel.Matches(e.Labels()) },
 			WatchListDefaults: r.Header.Get(headerOldAPIServer) == ""}
 		for _, f := range adjust {
 			f(&target)

@@ -42,7 +42,7 @@ func Corrupt(s *snapshot.Store, remove []string, setRV map[string]uint64) error 
 	snap.Ascend(func(e *snapshot.Entry) bool {
 		if rv, ok := setRV[e.Key]; ok {
 			// Entries are immutable (and not copyable): replace, never modify.
-			e = &snapshot.Entry{Key: e.Key, RV: rv, Labels: e.Labels, Fields: e.Fields, Raw: e.Raw}
+			e = e.WithRV(rv)
 		}
 		if !drop[e.Key] {
 			entries = append(entries, e)

@@ -6,19 +6,15 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
 
+var nodeName = snapshot.NewFieldNames("spec.nodeName")
+
 func entry(ns, name string, rv uint64, node string) *snapshot.Entry {
-	return &snapshot.Entry{
-		Key: snapshot.ObjectKey(ns, name), RV: rv,
-		Labels: labels.Set{"app": name},
-		Fields: fields.Set{"metadata.name": name, "metadata.namespace": ns, "spec.nodeName": node},
-		Raw:    []byte(fmt.Sprintf(`{"n":%q,"rv":%d}`, name, rv)),
-	}
+	return snapshot.NewEntry(ns, name, rv, map[string]string{"app": name}, nodeName, []string{node},
+		[]byte(fmt.Sprintf(`{"n":%q,"rv":%d}`, name, rv)))
 }
 
 func TestCorrupt(t *testing.T) {
