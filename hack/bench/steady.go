@@ -222,31 +222,22 @@ func (b *bench) steadyWrites(ctx context.Context) (map[string]time.Time, float64
 func (b *bench) writes(ctx context.Context, d time.Duration, tag string) (map[string]time.Time, float64) {
 	var mu sync.Mutex
 	sent := map[string]time.Time{}
-	jobs := make(chan int, 64)
-	var wg sync.WaitGroup
-	var done atomic.Int64
 	begin := time.Now()
-	for range 16 {
-		wg.Go(func() {
-			for i := range jobs {
-				p := b.env.pods[(i*7919)%len(b.env.pods)]
-				// Unique per run and write, so that no patch is a no-op.
-				patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench.listproxy.io/%s":"%d-%d"}}}`, tag, begin.UnixNano(), i)
-				at := time.Now()
-				pod, err := b.env.client.CoreV1().Pods(p.namespace).Patch(ctx, p.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "bench"})
-				if err != nil {
-					continue
-				}
-				done.Add(1)
-				mu.Lock()
-				sent[pod.ResourceVersion] = at
-				mu.Unlock()
-			}
-		})
-	}
-	paceJobs(ctx, jobs, b.cfg.writeRate, d)
-	wg.Wait()
-	return sent, float64(done.Load()) / time.Since(begin).Seconds()
+	done := paceWrites(ctx, b.cfg.writeRate, d, func(i int) bool {
+		p := b.env.pods[(i*7919)%len(b.env.pods)]
+		// Unique per run and write, so that no patch is a no-op.
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench.listproxy.io/%s":"%d-%d"}}}`, tag, begin.UnixNano(), i)
+		at := time.Now()
+		pod, err := b.env.client.CoreV1().Pods(p.namespace).Patch(ctx, p.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "bench"})
+		if err != nil {
+			return false
+		}
+		mu.Lock()
+		sent[pod.ResourceVersion] = at
+		mu.Unlock()
+		return true
+	})
+	return sent, float64(done) / time.Since(begin).Seconds()
 }
 
 // openStream starts a JSON watch and returns its response once the head
@@ -314,20 +305,33 @@ func apiserverPodWatches(ctx context.Context, api *target) (num, error) {
 	return num(m.Sum("apiserver_longrunning_requests", `verb="WATCH"`, `resource="pods"`)), nil
 }
 
-// paceJobs sends the job numbers 0, 1, … to jobs, rate a second, for d or
-// until ctx ends, then closes jobs. A number is skipped when every worker
-// is busy, so the workers never fall behind the pace.
-func paceJobs(ctx context.Context, jobs chan<- int, rate int, d time.Duration) {
+// paceWrites calls write with 0, 1, … from 16 workers, rate a second, for
+// d or until ctx ends, and returns how many calls reported success. A
+// number is skipped when every worker is busy, so the workers never fall
+// behind the pace.
+func paceWrites(ctx context.Context, rate int, d time.Duration, write func(i int) bool) int {
+	jobs := make(chan int, 64)
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	for range 16 {
+		wg.Go(func() {
+			for i := range jobs {
+				if write(i) {
+					done.Add(1)
+				}
+			}
+		})
+	}
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
-	defer close(jobs)
 	stop := time.After(d)
+pace:
 	for i := 0; ; i++ {
 		select {
 		case <-ctx.Done():
-			return
+			break pace
 		case <-stop:
-			return
+			break pace
 		case <-tick.C:
 		}
 		select {
@@ -335,4 +339,7 @@ func paceJobs(ctx context.Context, jobs chan<- int, rate int, d time.Duration) {
 		default:
 		}
 	}
+	close(jobs)
+	wg.Wait()
+	return int(done.Load())
 }

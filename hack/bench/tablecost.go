@@ -360,24 +360,13 @@ send:
 // configMapWrites patches tableFeedNamespace's configmaps at
 // BENCH_WRITE_RATE for d and returns how many writes succeeded.
 func (b *bench) configMapWrites(ctx context.Context, d time.Duration) int {
-	jobs := make(chan int, 64)
-	var wg sync.WaitGroup
-	var done atomic.Int64
 	begin := time.Now()
-	for range 16 {
-		wg.Go(func() {
-			for i := range jobs {
-				name := fmt.Sprintf("feed-%04d", i%tableFeedWritten)
-				patch := fmt.Sprintf(`{"data":{"w":"%d-%d"}}`, begin.UnixNano(), i)
-				if _, err := b.env.client.CoreV1().ConfigMaps(tableFeedNamespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "bench"}); err == nil {
-					done.Add(1)
-				}
-			}
-		})
-	}
-	paceJobs(ctx, jobs, b.cfg.writeRate, d)
-	wg.Wait()
-	return int(done.Load())
+	return paceWrites(ctx, b.cfg.writeRate, d, func(i int) bool {
+		name := fmt.Sprintf("feed-%04d", i%tableFeedWritten)
+		patch := fmt.Sprintf(`{"data":{"w":"%d-%d"}}`, begin.UnixNano(), i)
+		_, err := b.env.client.CoreV1().ConfigMaps(tableFeedNamespace).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "bench"})
+		return err == nil
+	})
 }
 
 // feedSlope is one Table watch's apiserver CPU per change against one JSON
