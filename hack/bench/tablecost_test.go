@@ -82,9 +82,12 @@ func TestFeedSlope(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		tables, jsons num
+		// nTable and nJSON are the watches (128 and 256 when 0).
+		nTable, nJSON int
 		limit         float64
 		want          feedSlope
 		wantMet       bool
+		wantName      string
 	}{
 		{
 			name: "Object feed within 5×", tables: 0.008 + 128*0.0004, jsons: 0.008 + 256*0.0001, limit: 5,
@@ -96,18 +99,35 @@ func TestFeedSlope(t *testing.T) {
 			want: feedSlope{TablePerChange: 0.0002, JSONPerChange: 0.0001, Ratio: 2},
 		},
 		{
+			name: "sole watches within 1.5×", tables: 0.008 + 0.000140, jsons: 0.008 + 0.000115, nTable: 1, nJSON: 1, limit: 1.5,
+			want:     feedSlope{TablePerChange: 0.000140, JSONPerChange: 0.000115, Ratio: 0.000140 / 0.000115},
+			wantMet:  true,
+			wantName: "Table Object feed (pods, includeObject=Object) per change, a sole watch (changes written in etcd)",
+		},
+		{
+			name: "sole watches beyond 1.5×", tables: 0.008 + 0.000200, jsons: 0.008 + 0.000115, nTable: 1, nJSON: 1, limit: 1.5,
+			want: feedSlope{TablePerChange: 0.000200, JSONPerChange: 0.000115, Ratio: 0.000200 / 0.000115},
+		},
+		{
 			name: "JSON watches within the noise", tables: 0.008 + 128*0.0002, jsons: 0.0079, limit: 5,
 			want: feedSlope{TablePerChange: 0.0002, JSONPerChange: -0.0001 / 256},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := slopeOf("Object", "pods", base, &tableFeedPhase{APIServerCPUPerWrite: tc.tables}, &tableFeedPhase{APIServerCPUPerWrite: tc.jsons}, 128, 256)
-			tc.want.Feed, tc.want.Resource, tc.want.TableWatches, tc.want.JSONWatches = "Object", "pods", 128, 256
+			if tc.nTable == 0 {
+				tc.nTable, tc.nJSON = 128, 256
+			}
+			got := slopeOf("Object", "pods", base, &tableFeedPhase{APIServerCPUPerWrite: tc.tables}, &tableFeedPhase{APIServerCPUPerWrite: tc.jsons}, tc.nTable, tc.nJSON)
+			tc.want.Feed, tc.want.Resource, tc.want.TableWatches, tc.want.JSONWatches = "Object", "pods", tc.nTable, tc.nJSON
 			if diff := cmp.Diff(tc.want, got, cmp.Comparer(approx)); diff != "" {
 				t.Errorf("slopeOf() (-want +got):\n%s", diff)
 			}
-			if c := feedSlopeCheck(got, tc.limit); c.Met != tc.wantMet {
+			c := feedSlopeCheck(got, tc.limit)
+			if c.Met != tc.wantMet {
 				t.Errorf("feedSlopeCheck() met = %t (%s), want %t", c.Met, c.Text, tc.wantMet)
+			}
+			if tc.wantName != "" && c.Name != tc.wantName {
+				t.Errorf("feedSlopeCheck() name = %q, want %q", c.Name, tc.wantName)
 			}
 		})
 	}
