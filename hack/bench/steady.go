@@ -271,7 +271,12 @@ func openStreamAs(ctx context.Context, t *target, path, accept string) (*http.Re
 
 // currentRV is t's latest resourceVersion of pods (resourceVersion=0).
 func currentRV(ctx context.Context, t *target) (string, error) {
-	res, err := t.do(ctx, request{path: "/api/v1/pods?resourceVersion=0&limit=1", accept: acceptJSON, keep: true})
+	return listRV(ctx, t, "/api/v1/pods?resourceVersion=0&limit=1")
+}
+
+// listRV is the resourceVersion of t's LIST at path.
+func listRV(ctx context.Context, t *target, path string) (string, error) {
+	res, err := t.do(ctx, request{path: path, accept: acceptJSON, keep: true})
 	if err != nil {
 		return "", err
 	}
@@ -281,10 +286,10 @@ func currentRV(ctx context.Context, t *target) (string, error) {
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(res.body, &list); err != nil {
-		return "", fmt.Errorf("%s: pods LIST: %w", t.name, err)
+		return "", fmt.Errorf("%s: LIST %s: %w", t.name, path, err)
 	}
 	if list.Metadata.ResourceVersion == "" {
-		return "", fmt.Errorf("%s: no resourceVersion in a pods LIST", t.name)
+		return "", fmt.Errorf("%s: no resourceVersion in LIST %s", t.name, path)
 	}
 	if _, err := strconv.ParseUint(list.Metadata.ResourceVersion, 10, 64); err != nil {
 		return "", err

@@ -239,7 +239,11 @@ func (b *bench) tableFeedPhase(ctx context.Context, p *tableFeedPhase, r feedRes
 	defer wg.Wait()
 	defer cancel()
 	if n > 0 {
-		rv, err := currentRV(ctx, b.env.direct)
+		// The watches start at the resource's latest resourceVersion (a
+		// consistent LIST): one of another resource may be older than
+		// this resource's watch cache holds after many changes, and the
+		// watch would end at once (410).
+		rv, err := listRV(ctx, b.env.direct, r.path+"?limit=1")
 		if err != nil {
 			return err
 		}
