@@ -105,6 +105,8 @@ type tableFeedPhase struct {
 	// kube-apiserver alone.
 	APIServerCPUSeconds  float64 `json:"kube_apiserver_cpu_s"`
 	APIServerCPUPerWrite num     `json:"kube_apiserver_cpu_s_per_write"`
+	// APIServerCPUPerWriteByCycle is the same for each interval.
+	APIServerCPUPerWriteByCycle []float64 `json:"kube_apiserver_cpu_s_per_write_by_cycle"`
 	// WatchBytes is what the harness's watches read in the measured
 	// intervals; WatchBytesPerWrite per watch and write.
 	WatchBytes         int64 `json:"watch_bytes"`
@@ -287,6 +289,7 @@ func (b *bench) tableFeedPhase(ctx context.Context, p *tableFeedPhase, r feedRes
 	p.WriteRate = num(float64(p.Writes) / p.Seconds)
 	p.CPUPerWrite = num(p.CPUSeconds / float64(p.Writes))
 	p.APIServerCPUPerWrite = num(p.APIServerCPUSeconds / float64(p.Writes))
+	p.APIServerCPUPerWriteByCycle = append(p.APIServerCPUPerWriteByCycle, api.seconds()/float64(sent))
 	if n > 0 {
 		p.WatchBytes += read.n.Load() - read0
 		p.watchWrites += n * sent

@@ -198,3 +198,20 @@ func TestEncodeCheck(t *testing.T) {
 		})
 	}
 }
+
+// A sole watch's cost is its phases' median less the base's, so that one
+// phase a garbage collection fell in moves nothing.
+func TestSoleSlope(t *testing.T) {
+	base := &tableFeedPhase{APIServerCPUPerWriteByCycle: []float64{270e-6, 260e-6, 470e-6}}
+	table := &tableFeedPhase{APIServerCPUPerWriteByCycle: []float64{410e-6, 360e-6, 380e-6}}
+	json := &tableFeedPhase{APIServerCPUPerWriteByCycle: []float64{370e-6, 380e-6, 340e-6}}
+	got := soleSlopeOf("Metadata", "configmaps", base, table, json)
+	want := feedSlope{Feed: "Metadata", Resource: "configmaps", TableWatches: 1, JSONWatches: 1,
+		TablePerChange: 110e-6, JSONPerChange: 100e-6, Ratio: 1.1}
+	if diff := cmp.Diff(want, got, cmp.Comparer(approx)); diff != "" {
+		t.Errorf("soleSlopeOf() (-want +got):\n%s", diff)
+	}
+	if c := feedSlopeCheck(got, 1.5); !c.Met {
+		t.Errorf("feedSlopeCheck() met = false (%s), want true", c.Text)
+	}
+}

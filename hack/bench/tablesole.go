@@ -122,7 +122,7 @@ func (b *bench) tableSoleWatchCost(ctx context.Context, feed, resource string, r
 			}
 		}
 	}
-	s := slopeOf(feed, resource, base, table, json, 1, 1)
+	s := soleSlopeOf(feed, resource, base, table, json)
 	logf("  %s feed (%s): per change to a sole watch at the apiserver: Table %s, JSON %s (%.2f×)", feed, resource, us(s.TablePerChange), us(s.JSONPerChange), float64(s.Ratio))
 	return []*tableFeedPhase{base, table, json}, s, nil
 }
@@ -138,4 +138,20 @@ func (b *bench) apiserverGC(ctx context.Context) error {
 		return fmt.Errorf("kube-apiserver heap profile: status %d", res.status)
 	}
 	return nil
+}
+
+// soleSlopeOf is the cost per change of a sole Table and a sole JSON watch:
+// the median of their phases' kube-apiserver CPU per write over the
+// cycles, less the base's median. The median keeps one phase that a
+// garbage collection or the machine's other work fell in from moving the
+// result (it moved one run of 2026-11-27 from about 1.1× to 1.59×).
+func soleSlopeOf(feed, resource string, base, table, json *tableFeedPhase) feedSlope {
+	s := feedSlope{Feed: feed, Resource: resource, TableWatches: 1, JSONWatches: 1,
+		TablePerChange: num(median(table.APIServerCPUPerWriteByCycle) - median(base.APIServerCPUPerWriteByCycle)),
+		JSONPerChange:  num(median(json.APIServerCPUPerWriteByCycle) - median(base.APIServerCPUPerWriteByCycle)),
+	}
+	if s.TablePerChange > 0 && s.JSONPerChange > 0 {
+		s.Ratio = s.TablePerChange / s.JSONPerChange
+	}
+	return s
 }
