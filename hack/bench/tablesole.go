@@ -58,11 +58,11 @@ func (b *bench) etcdConfigMapFeed(ctx context.Context, configMaps feedResource) 
 			err = fmt.Errorf("%d values", len(resp.Kvs))
 		}
 		if err != nil {
-			cli.Close()
+			_ = cli.Close()
 			return feedResource{}, nil, fmt.Errorf("etcd get %s: %w", keys[i], err)
 		}
 		if objects[i], _, err = codec.Decode(resp.Kvs[0].Value, nil, nil); err != nil {
-			cli.Close()
+			_ = cli.Close()
 			return feedResource{}, nil, fmt.Errorf("decode %s: %w", keys[i], err)
 		}
 	}
@@ -86,7 +86,7 @@ func (b *bench) etcdConfigMapFeed(ctx context.Context, configMaps feedResource) 
 		})
 	}
 	r := feedResource{path: configMaps.path, includeObject: configMaps.includeObject, write: write}
-	return r, func() { cli.Close() }, nil
+	return r, func() { _ = cli.Close() }, nil
 }
 
 // tableSoleWatchCost measures, for r (written through etcd), kube-apiserver
