@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"slices"
 	"sort"
-	"strings"
 	"unique"
 
 	"k8s.io/apimachinery/pkg/fields"
@@ -194,13 +193,10 @@ func (f *entryFields) Get(field string) string {
 
 func (f *entryFields) lookup(field string) (string, bool) {
 	switch field {
-	case "metadata.name":
-		return f.Key[strings.IndexByte(f.Key, '/')+1:], true
-	case "metadata.namespace":
-		if i := strings.IndexByte(f.Key, '/'); i >= 0 {
-			return f.Key[:i], true
-		}
-		return "", true
+	case FieldName:
+		return (*Entry)(f).Name(), true
+	case FieldNamespace:
+		return (*Entry)(f).Namespace(), true
 	}
 	names := f.attrs.names
 	if names == nil {
