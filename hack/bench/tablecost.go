@@ -392,10 +392,16 @@ func slopeOf(feed, resource string, base, tables, jsons *tableFeedPhase, nTable,
 		TablePerChange: (tables.APIServerCPUPerWrite - base.APIServerCPUPerWrite) / num(nTable),
 		JSONPerChange:  (jsons.APIServerCPUPerWrite - base.APIServerCPUPerWrite) / num(nJSON),
 	}
+	s.setRatio()
+	return s
+}
+
+// setRatio sets s's ratio.
+func (s *feedSlope) setRatio() {
+	s.Ratio = 0
 	if s.TablePerChange > 0 && s.JSONPerChange > 0 {
 		s.Ratio = s.TablePerChange / s.JSONPerChange
 	}
-	return s
 }
 
 // feedSlopeCheck holds s's ratio to at most limit.

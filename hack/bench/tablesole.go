@@ -69,8 +69,8 @@ func (b *bench) etcdConfigMapFeed(ctx context.Context, configMaps feedResource) 
 	write := func(ctx context.Context, d time.Duration) int {
 		begin := time.Now()
 		return paceWrites(ctx, tableSoleWriteRate, d, func(i int) bool {
+			// A decoded object keeps its kind, which Encode writes.
 			obj := objects[i%len(objects)].DeepCopyObject()
-			obj.GetObjectKind().SetGroupVersionKind(objects[0].GetObjectKind().GroupVersionKind())
 			acc, err := meta.Accessor(obj)
 			if err != nil {
 				return false
@@ -150,8 +150,6 @@ func soleSlopeOf(feed, resource string, base, table, json *tableFeedPhase) feedS
 		TablePerChange: num(median(table.APIServerCPUPerWriteByCycle) - median(base.APIServerCPUPerWriteByCycle)),
 		JSONPerChange:  num(median(json.APIServerCPUPerWriteByCycle) - median(base.APIServerCPUPerWriteByCycle)),
 	}
-	if s.TablePerChange > 0 && s.JSONPerChange > 0 {
-		s.Ratio = s.TablePerChange / s.JSONPerChange
-	}
+	s.setRatio()
 	return s
 }
