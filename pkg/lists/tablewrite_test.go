@@ -227,7 +227,7 @@ func TestWriteGzipTableChunks(t *testing.T) {
 			if step.name == "a page from row 10: none" {
 				rows, entries = from10(rows, entries)
 			}
-			compressed := gzipTableCompressed(t, rows, entries, received.Add(step.now))
+			compressed := gzipTableCompressed(t, metadataV1, rows, entries, received.Add(step.now))
 			if step.name == "a page from row 10: none" {
 				for i := range compressed {
 					compressed[i] += 10
@@ -240,20 +240,24 @@ func TestWriteGzipTableChunks(t *testing.T) {
 	}
 }
 
+// metadataV1 asks for a meta.k8s.io/v1 Table whose rows carry their
+// object's metadata: what kubectl asks for.
+var metadataV1 = collection.TableOptions{GroupVersion: "v1", Include: table.IncludeMetadata}
+
 // gzipTableCompressed writes rows and entries as a stitched gzip Table
-// response at now, checks that it decompresses to the rows rendered for
-// now, and returns the indexes of the rows whose chunks it compressed.
-func gzipTableCompressed(t *testing.T, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) []int {
+// response asked with opts at now, checks that it decompresses to the rows
+// rendered for opts and now, and returns the indexes of the rows whose
+// chunks it compressed.
+func gzipTableCompressed(t *testing.T, opts collection.TableOptions, rows []*stores.TableRow, entries []*snapshot.Entry, now time.Time) []int {
 	t.Helper()
 	before := make([]*snapshot.GzipItem, len(entries))
 	for i, e := range entries {
 		before[i] = e.GzipCached(snapshot.GzipTableRow)
 	}
-	parts, err := wire.SplitTable(wire.TableEnvelope{GroupVersion: "v1", ListMeta: wire.ListMeta{ResourceVersion: "7"}, Columns: []byte(`[{"name":"Name"}]`)}, len(rows))
+	parts, err := wire.SplitTable(wire.TableEnvelope{GroupVersion: opts.GroupVersion, ListMeta: wire.ListMeta{ResourceVersion: "7"}, Columns: []byte(`[{"name":"Name"}]`)}, len(rows))
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := collection.TableOptions{GroupVersion: "v1", Include: table.IncludeMetadata}
 	want := append([]byte(nil), parts.Head...)
 	for i := range rows {
 		if i > 0 {
@@ -315,7 +319,47 @@ func TestWriteGzipTableChunksAhead(t *testing.T) {
 		{name: "2m30s later, every AGE 10m or more: none", now: 2*time.Minute + 30*time.Second},
 	} {
 		t.Run(step.name, func(t *testing.T) {
-			got := gzipTableCompressed(t, rows, entries, received.Add(step.now))
+			got := gzipTableCompressed(t, metadataV1, rows, entries, received.Add(step.now))
+			if diff := cmp.Diff(step.compress, got, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("rows compressed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestWriteGzipTableChunksPerObjectForm: the rows' chunks are cached per
+// form of the row's object (includeObject=None, metadata in meta.k8s.io/v1,
+// in v1beta1), so one set of entries written in each form in turn
+// decompresses to that form's rows every time: a chunk compressed for one
+// form is never stitched into a response of another. Each form's first
+// response compresses every row but the first; later ones reuse its
+// chunks (an AGE of 100m keeps its length for the minute, so each row
+// needs one chunk per form, three in all, as many as an entry keeps).
+func TestWriteGzipTableChunksPerObjectForm(t *testing.T) {
+	created := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	now := created.Add(100 * time.Minute)
+	const n = 50
+	rows, entries := tableRows(t, n, created)
+	none := collection.TableOptions{GroupVersion: "v1", Include: table.IncludeNone}
+	metadataV1beta1 := collection.TableOptions{GroupVersion: "v1beta1", Include: table.IncludeMetadata}
+	var everyRowButTheFirst []int
+	for i := 1; i < n; i++ {
+		everyRowButTheFirst = append(everyRowButTheFirst, i)
+	}
+	for _, step := range []struct {
+		name     string
+		opts     collection.TableOptions
+		compress []int
+	}{
+		{name: "object None, first: every row but the first", opts: none, compress: everyRowButTheFirst},
+		{name: "metadata v1, first: every row but the first", opts: metadataV1, compress: everyRowButTheFirst},
+		{name: "metadata v1beta1, first: every row but the first", opts: metadataV1beta1, compress: everyRowButTheFirst},
+		{name: "object None again: none", opts: none},
+		{name: "metadata v1 again: none", opts: metadataV1},
+		{name: "metadata v1beta1 again: none", opts: metadataV1beta1},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			got := gzipTableCompressed(t, step.opts, rows, entries, now)
 			if diff := cmp.Diff(step.compress, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("rows compressed (-want +got):\n%s", diff)
 			}
