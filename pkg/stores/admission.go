@@ -3,6 +3,7 @@ package stores
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -21,8 +22,12 @@ import (
 //     every namespace, as the store's source does,
 //
 // and, unless preloaded, the running stores hold fewer bytes than
-// Config.MaxStoreBytes. Otherwise the request passes through with
-// ReasonStoreNotAuthorized or ReasonStoreOverBudget, and the refusal is
+// Config.MaxStoreBytes. A store counts against the budget from the moment
+// it is admitted: what it holds is known only once its first list is
+// published, so until then it counts a reservation (storeEntry.budgetBytes,
+// reservationLocked), and stores admitted together while their lists run
+// cannot all slip in below the budget. Otherwise the request passes through
+// with ReasonStoreNotAuthorized or ReasonStoreOverBudget, and the refusal is
 // counted in listproxy_stores_refused_total.
 
 // Reasons a read passes through because its store is not running and was
@@ -48,7 +53,7 @@ type startRequest struct {
 	// trusted (sidecar mode).
 	authorized bool
 	// budget is Config.MaxStoreBytes (0: no bound); used is what the
-	// running stores hold.
+	// running stores count against it (storeBytesLocked).
 	budget, used int64
 }
 
@@ -92,14 +97,58 @@ func (reg *Registry) isPreloaded(info *Resource, format wire.Format) bool {
 	return false
 }
 
-// storeBytesLocked is what the running stores hold: each one's live and
-// history bytes as last published. reg.mu must be held.
+// listingShare is how many stores in their first list an otherwise empty
+// budget admits at once: each reserves at least 1/listingShare of
+// Config.MaxStoreBytes until it has listed (reservationLocked). Not
+// measured: the share of a 1 GiB budget (64 MiB) is more than most
+// resources hold and less than the pods of a large cluster, whose store
+// then overshoots its reservation as any store started last may overshoot
+// the budget.
+const listingShare = 16
+
+// storeBytesLocked is what the running stores count against
+// Config.MaxStoreBytes, each its budgetBytes. reg.mu must be held.
 func (reg *Registry) storeBytesLocked() int64 {
 	var n int64
 	for _, e := range reg.stores {
-		n += e.bytes.Load()
+		n += e.budgetBytes()
 	}
 	return n
+}
+
+// reservationLocked is what a store of gvr admitted now counts against
+// Config.MaxStoreBytes until its first list is published: its share of
+// the budget (1/listingShare, at least one byte), or what the largest
+// listed store of the same resource in another representation holds when
+// that is more (the best estimate at hand of what this one will hold). 0
+// without a budget. reg.mu must be held.
+func (reg *Registry) reservationLocked(gvr schema.GroupVersionResource) int64 {
+	budget := reg.cfg.MaxStoreBytes
+	if budget <= 0 {
+		return 0
+	}
+	reserved := max(budget/listingShare, 1)
+	for k, e := range reg.stores {
+		if k.gvr == gvr && e.listed.Load() {
+			reserved = max(reserved, e.bytes.Load())
+		}
+	}
+	return reserved
+}
+
+// budgetBytes is what e counts against Config.MaxStoreBytes: once its first
+// list is published, what it holds, live and history, as last published;
+// before, its reservation, except while that list is failing (the failed
+// list holds nothing, and a store that cannot list must not keep others
+// out; Feeder.ListFailing is true until a list succeeds).
+func (e *storeEntry) budgetBytes() int64 {
+	switch {
+	case e.listed.Load():
+		return e.bytes.Load()
+	case e.feeder != nil && e.feeder.ListFailing():
+		return 0
+	}
+	return e.reserved
 }
 
 // authorizedToStart reports whether the caller of ctx may start a store of
@@ -108,9 +157,10 @@ func (reg *Registry) authorizedToStart(ctx context.Context, info *Resource) bool
 	return reg.cfg.AuthorizeStart == nil || reg.cfg.AuthorizeStart(ctx, info.GVR)
 }
 
-// refuseStart counts and logs a store not started for a request.
+// refuseStart counts and logs a store not started for a request; used is
+// what the stores counted against the budget (storeBytesLocked).
 func (reg *Registry) refuseStart(info *Resource, format wire.Format, reason string, used int64) {
 	reg.cfg.Metrics.refused(info.GVR.GroupResource().String(), refusedLabel(reason))
 	klog.V(2).InfoS("Snapshot store not started; the request passes through", "resource", info.GVR.String(), "format", format.String(),
-		"reason", reason, "storeBytes", used, "maxStoreBytes", reg.cfg.MaxStoreBytes)
+		"reason", reason, "storeBytesWithReservations", used, "maxStoreBytes", reg.cfg.MaxStoreBytes)
 }

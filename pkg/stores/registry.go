@@ -61,9 +61,10 @@ type Config struct {
 	// (admission.go). Nil trusts every caller (sidecar mode).
 	AuthorizeStart func(ctx context.Context, gvr schema.GroupVersionResource) bool
 	// MaxStoreBytes: a store that is not preloaded is started only while
-	// the running stores hold fewer bytes (live and history) than this;
-	// otherwise the request passes through. Running stores are never
-	// dropped for it. 0 is no bound.
+	// the running stores hold fewer bytes (live and history) than this,
+	// a store whose first list is in flight counting a reservation
+	// (admission.go); otherwise the request passes through. Running
+	// stores are never dropped for it. 0 is no bound.
 	MaxStoreBytes int64
 	// ColdStoreWait bounds how long a LIST or watch waits for its store's
 	// first list (the one sync in flight, started by the first request)
@@ -201,9 +202,14 @@ type storeEntry struct {
 	// prover proves what the store must hold for consistent, exact and
 	// not-older-than reads with etcd.
 	prover *freshness.Prover
-	// bytes is what the store holds, live and history, as last published:
-	// its share of Config.MaxStoreBytes.
-	bytes atomic.Int64
+	// bytes is what the store holds, live and history, as last published;
+	// listed is set once it has published (its first list), and bytes is
+	// then its share of Config.MaxStoreBytes (budgetBytes).
+	bytes  atomic.Int64
+	listed atomic.Bool
+	// reserved is what the store counts against Config.MaxStoreBytes
+	// until listed (reservationLocked); set when it is built.
+	reserved int64
 }
 
 // New builds the registry; Run must be called before it starts stores.
@@ -461,7 +467,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 		indexField = "spec.nodeName"
 	}
 	observe := reg.cfg.StoreMetrics.For(info.GVR.GroupResource().String(), format.String())
-	e := &storeEntry{info: info, started: reg.clock.Now()}
+	e := &storeEntry{info: info, started: reg.clock.Now(), reserved: reg.reservationLocked(info.GVR)}
 	e.store = snapshot.NewStore(snapshot.StoreConfig{
 		IndexField:      indexField,
 		History:         reg.cfg.History,
@@ -469,6 +475,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 		HistoryMaxRatio: reg.cfg.HistoryMaxRatio,
 		OnPublish: func(s snapshot.Stats) {
 			e.bytes.Store(s.Bytes + s.HistoryBytes)
+			e.listed.Store(true)
 			if observe.OnPublish != nil {
 				observe.OnPublish(s)
 			}

@@ -33,7 +33,8 @@ type StaticStore struct {
 	Store *snapshot.Store
 	// Envelope is the envelope of the apiserver's lists of the resource.
 	Envelope wire.ListEnvelope
-	// Bytes is what the store holds as last published (MaxStoreBytes).
+	// Bytes is what the store holds as last published (MaxStoreBytes): it
+	// counts as listed, whether synced or not.
 	Bytes int64
 	// TableHead is the head of a Table store's responses (format
 	// wire.Table); its entries' Extra are *TableRow.
@@ -79,6 +80,7 @@ func NewStatic(ctx context.Context, cfg Config, resources []*Resource, stores ..
 		}
 		e.prover = freshness.NewProver(e.ctx, freshness.ProverConfig{Store: s.Store, Resource: s.Resource.GVR.GroupResource().String()})
 		e.bytes.Store(s.Bytes)
+		e.listed.Store(true)
 		e.lastUsed.Store(reg.clock.Now().UnixNano())
 		reg.stores[storeKey{gvr: s.Resource.GVR, format: s.Format}] = e
 	}

@@ -15,7 +15,7 @@ import (
 // AuthorizeStart and MaxStoreBytes).
 func (o *CacheOptions) addStoreFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.MaxStoreBytes, "max-store-bytes", o.MaxStoreBytes,
-		"Bound on the bytes all snapshot stores hold (objects and history), per replica: a store that is not preloaded is started only while the running ones hold less, otherwise its requests pass through "+
+		"Bound on the bytes all snapshot stores hold (objects and history), per replica: a store that is not preloaded is started only while the running ones hold less (one still in its first list counting 1/16 of the bound), otherwise its requests pass through "+
 			"(listproxy_stores_refused_total{reason=\"over_budget\"}); running stores are never dropped for it. Measured RSS is 1.4-1.7x these bytes, so about half the memory limit. 0 for no bound.")
 }
 
