@@ -8,12 +8,15 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -48,6 +51,26 @@ const (
 	DefaultAuxTimeoutSeconds = 3
 )
 
+// When a resource's watches are taken to carry no bookmarks (it has no
+// watch cache). One auxiliary watch that ends without its bookmark proves
+// nothing: the instance that answered may not have processed past the
+// watch's start (HA apiservers, a restarted one), or it dropped the
+// bookmark with its input buffer full. Not measured.
+const (
+	// feedBookmarkEvidence: a resource one of whose stores' feeds saw a
+	// bookmark this recently has a watch cache (the apiserver sends every
+	// watch a bookmark about once a minute); an auxiliary watch without
+	// one only missed it.
+	feedBookmarkEvidence = 3 * time.Minute
+	// noBookmarksAfter is how many auxiliary watches in a row must end
+	// without a bookmark, with no feed evidence either, before the
+	// resource is taken to have none.
+	noBookmarksAfter = 3
+	// noBookmarksFor is how long that conclusion lasts; then auxiliary
+	// watches are tried again, and one more without a bookmark renews it.
+	noBookmarksFor = 10 * time.Minute
+)
+
 // ProbeName is the object name a probe asks for. Any name works; a
 // reserved one makes the probe's answer empty.
 const ProbeName = "listproxy-freshness-probe"
@@ -67,15 +90,23 @@ type APIServerConfig struct {
 	// FastWait and AuxTimeoutSeconds: 0 selects the defaults.
 	FastWait          time.Duration
 	AuxTimeoutSeconds int
+	// Clock times how long a resource is taken to have no bookmarks; nil
+	// selects the real clock.
+	Clock clock.PassiveClock
 	// Registerer registers the proof metrics; nil registers none.
 	Registerer prometheus.Registerer
 }
 
 // APIServer proves the freshness of stores through the apiserver alone.
-// Give it to every store's Prover (ProverConfig.APIServer).
+// Give it to every store's Prover (ProverConfig.APIServer). The stores of
+// one resource (its representations) share its probes and auxiliary
+// watches.
 type APIServer struct {
 	cfg     APIServerConfig
 	metrics *apiserverMetrics
+
+	mu        sync.Mutex                // guards resources
+	resources map[string]*resourceProof // by collection path
 }
 
 // NewAPIServer returns an APIServer for cfg.
@@ -89,11 +120,14 @@ func NewAPIServer(cfg APIServerConfig) (*APIServer, error) {
 	if cfg.AuxTimeoutSeconds <= 0 {
 		cfg.AuxTimeoutSeconds = DefaultAuxTimeoutSeconds
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
 	m, err := newAPIServerMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	return &APIServer{cfg: cfg, metrics: m}, nil
+	return &APIServer{cfg: cfg, metrics: m, resources: map[string]*resourceProof{}}, nil
 }
 
 // Why a proof through the apiserver failed.
@@ -106,57 +140,110 @@ var (
 	errInconclusive = errors.New("auxiliary watches did not reach the probed revision")
 )
 
-// apiserverProof is one store's proof through the apiserver.
-type apiserverProof struct {
-	api       *APIServer
-	store     *snapshot.Store
-	resource  string
-	probeURL  string // the name-scoped consistent LIST
-	watchPath string // the store's collection path
-	probes    sharedProbe
-	ctx       context.Context // ends auxiliary watches with the store
+// resourceProof is what the stores of one resource share: one probe in
+// flight, one running auxiliary watch, and what auxiliary watches and the
+// stores' feeds have shown about bookmarks.
+type resourceProof struct {
+	api      *APIServer
+	resource string
+	path     string // the resource's collection path, watched by auxiliary watches
+	probeURL string // the name-scoped consistent LIST
+	probes   sharedProbe
+	ctx      context.Context // ends auxiliary watches with the last store
+	cancel   context.CancelFunc
+	refs     int // stores using it; guarded by api.mu
 
-	mu          sync.Mutex // guards aux and noBookmarks
-	aux         *auxWatch  // the running auxiliary watch, nil if none
-	noBookmarks bool
+	mu     sync.Mutex        // guards the fields below
+	stores []*snapshot.Store // their feeds' bookmarks are evidence of a watch cache
+	aux    *auxWatch         // the running auxiliary watch, nil if none
+	// misses counts auxiliary watches in a row that ended at their
+	// deadline without a bookmark while no feed saw one either.
+	misses int
+	// noBookmarksUntil: before it, the resource is taken to have no
+	// bookmarks (zero: not taken so).
+	noBookmarksUntil time.Time
 }
 
+// apiserverProof is one store's proof through the apiserver.
+type apiserverProof struct {
+	shared *resourceProof
+	store  *snapshot.Store
+}
+
+// newAPIServerProof returns store's proof, sharing its resource's probes and
+// auxiliary watches with the other stores of the resource until ctx ends.
 func newAPIServerProof(ctx context.Context, api *APIServer, store *snapshot.Store, resource, path string, namespaced bool) *apiserverProof {
-	probePath := path
-	if namespaced {
-		i := strings.LastIndexByte(path, '/')
-		probePath = path[:i] + "/namespaces/" + probeNamespace + path[i:]
+	r := api.acquire(resource, path, namespaced, store)
+	context.AfterFunc(ctx, func() { api.release(r, store) })
+	return &apiserverProof{shared: r, store: store}
+}
+
+// acquire returns the shared proof of the resource at path, with store
+// added to its stores.
+func (api *APIServer) acquire(resource, path string, namespaced bool, store *snapshot.Store) *resourceProof {
+	api.mu.Lock()
+	r := api.resources[path]
+	if r == nil {
+		probePath := path
+		if namespaced {
+			i := strings.LastIndexByte(path, '/')
+			probePath = path[:i] + "/namespaces/" + probeNamespace + path[i:]
+		}
+		q := url.Values{"fieldSelector": {"metadata.name=" + ProbeName}}
+		ctx, cancel := context.WithCancel(context.Background())
+		r = &resourceProof{
+			api:      api,
+			resource: resource,
+			path:     path,
+			probeURL: api.cfg.Host + probePath + "?" + q.Encode(),
+			ctx:      ctx,
+			cancel:   cancel,
+		}
+		r.probes.read = r.readRevision
+		api.resources[path] = r
+		api.metrics.exportResource(resource)
 	}
-	q := url.Values{"fieldSelector": {"metadata.name=" + ProbeName}}
-	a := &apiserverProof{
-		api:       api,
-		store:     store,
-		resource:  resource,
-		probeURL:  api.cfg.Host + probePath + "?" + q.Encode(),
-		watchPath: path,
-		ctx:       ctx,
+	r.refs++
+	api.mu.Unlock()
+
+	r.mu.Lock()
+	r.stores = append(r.stores, store)
+	r.mu.Unlock()
+	return r
+}
+
+// release removes store from r; the last store's release ends r's
+// auxiliary watch.
+func (api *APIServer) release(r *resourceProof, store *snapshot.Store) {
+	r.mu.Lock()
+	r.stores = slices.DeleteFunc(r.stores, func(s *snapshot.Store) bool { return s == store })
+	r.mu.Unlock()
+
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	r.refs--
+	if r.refs == 0 {
+		delete(api.resources, r.path)
+		r.cancel()
 	}
-	a.probes.read = a.readRevision
-	api.metrics.exportResource(resource)
-	return a
 }
 
 // readRevision sends the probe: the resourceVersion of a consistent LIST.
-func (a *apiserverProof) readRevision(ctx context.Context) (int64, error) {
+func (r *resourceProof) readRevision(ctx context.Context) (int64, error) {
 	start := time.Now()
-	rev, err := a.list(ctx)
-	a.api.metrics.observeProbe(time.Since(start), err)
+	rev, err := r.list(ctx)
+	r.api.metrics.observeProbe(time.Since(start), err)
 	return rev, err
 }
 
-func (a *apiserverProof) list(ctx context.Context) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.probeURL, nil)
+func (r *resourceProof) list(ctx context.Context) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.probeURL, nil)
 	if err != nil {
 		return 0, err
 	}
 	req.Header.Set("Accept", wire.MetaJSON.ListAccept())
 	req.Header.Set("User-Agent", "listproxy")
-	resp, err := a.api.cfg.Client.Do(req)
+	resp, err := r.api.cfg.Client.Do(req)
 	if err != nil {
 		return 0, err
 	}
@@ -186,21 +273,22 @@ func (a *apiserverProof) list(ctx context.Context) (int64, error) {
 // prove returns L, a revision such that a store holding every change up to
 // L holds the state at R: the fast path, or up to two auxiliary watches.
 func (a *apiserverProof) prove(ctx context.Context, r uint64) (uint64, error) {
-	fast, cancel := context.WithTimeout(ctx, a.api.cfg.FastWait)
+	res := a.shared
+	fast, cancel := context.WithTimeout(ctx, res.api.cfg.FastWait)
 	_, _, err := a.store.WaitFor(fast, r)
 	cancel()
 	if err == nil {
-		a.api.metrics.proof(a.resource, pathFast)
+		res.api.metrics.proof(res.resource, pathFast)
 		return r, nil
 	}
 	if ctx.Err() != nil {
-		a.api.metrics.proof(a.resource, pathTimeout)
+		res.api.metrics.proof(res.resource, pathTimeout)
 		return 0, ctx.Err()
 	}
 	for range 2 {
-		aux, noBookmarks := a.runningAux()
+		aux, noBookmarks := res.runningAux(a.store, r)
 		if noBookmarks {
-			a.api.metrics.proof(a.resource, pathNoBookmarks)
+			res.api.metrics.proof(res.resource, pathNoBookmarks)
 			return 0, errNoBookmarks
 		}
 		if aux == nil {
@@ -208,74 +296,119 @@ func (a *apiserverProof) prove(ctx context.Context, r uint64) (uint64, error) {
 		}
 		last, covered, ok := aux.lastChange(ctx, r)
 		if ok {
-			a.api.metrics.proof(a.resource, pathAux)
-			a.api.metrics.auxLead.Observe(float64(covered - r))
+			res.api.metrics.proof(res.resource, pathAux)
+			res.api.metrics.auxLead.Observe(float64(covered - r))
 			return last, nil
 		}
 		if ctx.Err() != nil {
-			a.api.metrics.proof(a.resource, pathTimeout)
+			res.api.metrics.proof(res.resource, pathTimeout)
 			return 0, ctx.Err()
 		}
 	}
-	a.api.metrics.proof(a.resource, pathInconclusive)
+	res.api.metrics.proof(res.resource, pathInconclusive)
 	return 0, errInconclusive
 }
 
-// runningAux returns the running auxiliary watch, or starts one from the
-// store's position; nil when the store has no position yet. Any auxiliary
-// watch serves any round: it starts at a position S the store has passed,
-// and the revision it yields is at least S.
-func (a *apiserverProof) runningAux() (*auxWatch, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.noBookmarks {
-		return nil, true
+// runningAux returns the resource's running auxiliary watch, or the last
+// one if it ended covering rv, or starts one from store's position; nil
+// when the store has no position yet, and true while the resource is taken
+// to have no bookmarks. Any auxiliary watch serves any round and any store
+// of the resource: it shows every event after its start S, and the
+// revision it yields is at least S, which a store behind S then waits for.
+func (r *resourceProof) runningAux(store *snapshot.Store, rv uint64) (*auxWatch, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.noBookmarksUntil.IsZero() {
+		if r.api.cfg.Clock.Now().Before(r.noBookmarksUntil) {
+			return nil, true
+		}
+		r.noBookmarksUntil = time.Time{}
+		r.api.metrics.noBookmarks.WithLabelValues(r.resource).Set(0)
+		klog.InfoS("Trying auxiliary watches again for a resource taken to have no watch bookmarks", "resource", r.resource)
 	}
-	if a.aux != nil && !a.aux.ended() {
-		return a.aux, false
+	if r.aux != nil && (!r.aux.ended() || r.aux.covers(rv)) {
+		return r.aux, false
 	}
-	_, from, err := a.store.Latest()
+	_, from, err := store.Latest()
 	if err != nil || from == 0 {
 		return nil, false
 	}
-	a.aux = newAuxWatch(from)
-	go a.runAux(a.aux)
-	return a.aux, false
+	r.aux = newAuxWatch(from)
+	go r.runAux(r.aux)
+	return r.aux, false
 }
 
 // runAux runs aux to its first bookmark, or to its end.
-func (a *apiserverProof) runAux(aux *auxWatch) {
-	timeout := time.Duration(a.api.cfg.AuxTimeoutSeconds) * time.Second
-	ctx, cancel := context.WithTimeout(a.ctx, timeout+5*time.Second)
+func (r *resourceProof) runAux(aux *auxWatch) {
+	timeout := time.Duration(r.api.cfg.AuxTimeoutSeconds) * time.Second
+	ctx, cancel := context.WithTimeout(r.ctx, timeout+5*time.Second)
 	defer cancel()
 	start := time.Now()
-	result := a.watch(ctx, aux)
-	if result == auxNoBookmark && time.Since(start) >= timeout {
+	result := r.watch(ctx, aux)
+	switch {
+	case result == auxBookmark:
+		r.sawBookmark()
+	case result == auxNoBookmark && time.Since(start) >= timeout:
 		// The apiserver ended the watch at its deadline without the
 		// bookmark it sends every watch with a watch cache.
-		a.mu.Lock()
-		a.noBookmarks = true
-		a.mu.Unlock()
+		result = r.missedBookmark()
 	}
-	a.api.metrics.auxWatch(a.resource, result)
+	r.api.metrics.auxWatch(r.resource, result)
 	aux.end()
 }
 
+// sawBookmark records an auxiliary watch's bookmark: the resource has a
+// watch cache.
+func (r *resourceProof) sawBookmark() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.misses = 0
+	if !r.noBookmarksUntil.IsZero() {
+		r.noBookmarksUntil = time.Time{}
+		r.api.metrics.noBookmarks.WithLabelValues(r.resource).Set(0)
+	}
+}
+
+// missedBookmark records an auxiliary watch that ended at its deadline
+// without a bookmark and returns its result: auxMissedBookmark when a
+// store's feed saw a bookmark lately (the resource has a watch cache; this
+// watch only missed its bookmark), else auxNoBookmark. After
+// noBookmarksAfter of those in a row the resource is taken to have no
+// bookmarks for noBookmarksFor.
+func (r *resourceProof) missedBookmark() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range r.stores {
+		if s.BookmarkedWithin(feedBookmarkEvidence) {
+			r.misses = 0
+			return auxMissedBookmark
+		}
+	}
+	r.misses++
+	if r.misses >= noBookmarksAfter {
+		r.noBookmarksUntil = r.api.cfg.Clock.Now().Add(noBookmarksFor)
+		r.api.metrics.noBookmarks.WithLabelValues(r.resource).Set(1)
+		klog.InfoS("A resource's watches carry no bookmarks: its consistent reads are proven only by its own feed's events, else pass through",
+			"resource", r.resource, "auxWatchesWithoutBookmark", r.misses, "retryAfter", noBookmarksFor)
+	}
+	return auxNoBookmark
+}
+
 // watch reads the auxiliary watch into aux and returns how it ended.
-func (a *apiserverProof) watch(ctx context.Context, aux *auxWatch) string {
+func (r *resourceProof) watch(ctx context.Context, aux *auxWatch) string {
 	q := url.Values{
 		"watch":               {"true"},
 		"allowWatchBookmarks": {"true"},
 		"resourceVersion":     {strconv.FormatUint(aux.from, 10)},
-		"timeoutSeconds":      {strconv.Itoa(a.api.cfg.AuxTimeoutSeconds)},
+		"timeoutSeconds":      {strconv.Itoa(r.api.cfg.AuxTimeoutSeconds)},
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.api.cfg.Host+a.watchPath+"?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.api.cfg.Host+r.path+"?"+q.Encode(), nil)
 	if err != nil {
 		return auxError
 	}
 	req.Header.Set("Accept", wire.MetaJSON.WatchAccept())
 	req.Header.Set("User-Agent", "listproxy")
-	resp, err := a.api.cfg.Client.Do(req) //nolint:bodyclose // closed by the decoder
+	resp, err := r.api.cfg.Client.Do(req) //nolint:bodyclose // closed by the decoder
 	if err != nil {
 		return auxError
 	}
@@ -354,6 +487,13 @@ func (w *auxWatch) end() {
 	w.changed = make(chan struct{})
 }
 
+// covers reports whether the watch showed every event up to rv.
+func (w *auxWatch) covers(rv uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.covered >= rv
+}
+
 func (w *auxWatch) ended() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -398,10 +538,14 @@ const (
 	pathInconclusive = "inconclusive"
 	pathTimeout      = "timeout"
 
-	auxBookmark   = "bookmark"
+	auxBookmark = "bookmark"
+	// auxNoBookmark: no bookmark, and none in the stores' feeds lately.
 	auxNoBookmark = "no_bookmark"
-	auxExpired    = "expired"
-	auxError      = "error"
+	// auxMissedBookmark: no bookmark, though the stores' feeds see them:
+	// the instance that answered was behind, or dropped it.
+	auxMissedBookmark = "missed_bookmark"
+	auxExpired        = "expired"
+	auxError          = "error"
 )
 
 type apiserverMetrics struct {
@@ -409,6 +553,7 @@ type apiserverMetrics struct {
 	proofs        *prometheus.CounterVec
 	auxWatches    *prometheus.CounterVec
 	auxLead       prometheus.Histogram
+	noBookmarks   *prometheus.GaugeVec
 }
 
 func newAPIServerMetrics(reg prometheus.Registerer) (*apiserverMetrics, error) {
@@ -424,8 +569,12 @@ func newAPIServerMetrics(reg prometheus.Registerer) (*apiserverMetrics, error) {
 		}, []string{"resource", "path"}),
 		auxWatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "aux_watches_total",
-			Help: "Auxiliary watches by resource and how they ended (bookmark, no_bookmark, expired, error).",
+			Help: "Auxiliary watches by resource and how they ended: bookmark; no_bookmark (at their deadline, and the resource's feeds saw no bookmark lately either); missed_bookmark (at their deadline, though the feeds see bookmarks: the instance that answered was behind, or dropped it); expired; error.",
 		}, []string{"resource", "result"}),
+		noBookmarks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "listproxy", Subsystem: "freshness", Name: "apiserver_no_bookmarks",
+			Help: "1 while a resource is taken to have no watch bookmarks (several auxiliary watches in a row ended without one, and its feeds saw none): its consistent reads are proven only by its own feed's events, else pass through; 0 otherwise.",
+		}, []string{"resource"}),
 		auxLead: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "aux_bookmark_lead_revisions",
 			Help:    "For reads proven by an auxiliary watch: by how many revisions the watch's bookmark (or event) passed the probed revision (B − R); near 0, the bookmark came just in time.",
@@ -436,7 +585,7 @@ func newAPIServerMetrics(reg prometheus.Registerer) (*apiserverMetrics, error) {
 		m.probeDuration.WithLabelValues(r)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.probeDuration, m.proofs, m.auxWatches, m.auxLead} {
+		for _, c := range []prometheus.Collector{m.probeDuration, m.proofs, m.auxWatches, m.auxLead, m.noBookmarks} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register apiserver proof metrics: %w", err)
 			}
@@ -459,9 +608,10 @@ func (m *apiserverMetrics) exportResource(resource string) {
 	for _, path := range []string{pathFast, pathAux, pathNoBookmarks, pathInconclusive, pathTimeout} {
 		m.proofs.WithLabelValues(resource, path)
 	}
-	for _, result := range []string{auxBookmark, auxNoBookmark, auxExpired, auxError} {
+	for _, result := range []string{auxBookmark, auxNoBookmark, auxMissedBookmark, auxExpired, auxError} {
 		m.auxWatches.WithLabelValues(resource, result)
 	}
+	m.noBookmarks.WithLabelValues(resource)
 }
 
 func (m *apiserverMetrics) proof(resource, path string) {

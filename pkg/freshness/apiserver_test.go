@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
@@ -239,6 +240,10 @@ type proofHarness struct {
 	api   *scriptedAPIServer
 	store *snapshot.Store
 	p     *Prover
+	// apiProof and ctx make further provers of the same resource (addStore).
+	apiProof *APIServer
+	ctx      context.Context
+	cfg      harnessConfig
 
 	mu     sync.Mutex
 	behind []uint64 // revisions reported to ProverConfig.Behind
@@ -247,9 +252,10 @@ type proofHarness struct {
 type harnessConfig struct {
 	path              string // default /api/v1/pods
 	namespaced        bool
-	fastWait          time.Duration // default 1ms
-	auxTimeoutSeconds int           // default 3
-	timeout           time.Duration // the proof's; default 20s
+	fastWait          time.Duration           // default 1ms
+	auxTimeoutSeconds int                     // default 3
+	timeout           time.Duration           // the proof's; default 20s
+	clock             *clocktesting.FakeClock // the APIServer's; default the real clock
 }
 
 // listedAt is the store's list before each test: object a, at 10.
@@ -268,15 +274,20 @@ func newProofHarness(t *testing.T, cfg harnessConfig) *proofHarness {
 	}
 	h := &proofHarness{api: newScriptedAPIServer(t), store: snapshot.NewStore(snapshot.StoreConfig{})}
 	relist(h.store, listedAt, change{name: "a", rv: 5})
-	api, err := NewAPIServer(APIServerConfig{
+	apiCfg := APIServerConfig{
 		Client: h.api.srv.Client(), Host: h.api.srv.URL,
 		FastWait: cfg.fastWait, AuxTimeoutSeconds: cfg.auxTimeoutSeconds,
-	})
+	}
+	if cfg.clock != nil {
+		apiCfg.Clock = cfg.clock
+	}
+	api, err := NewAPIServer(apiCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel) // ends auxiliary watches before the server closes
+	h.apiProof, h.ctx, h.cfg = api, ctx, cfg
 	h.p = NewProver(ctx, ProverConfig{
 		APIServer: api, Path: cfg.path, Namespaced: cfg.namespaced,
 		Store: h.store, Resource: "pods", Timeout: cfg.timeout,
@@ -289,6 +300,18 @@ func newProofHarness(t *testing.T, cfg harnessConfig) *proofHarness {
 	return h
 }
 
+// addStore returns a prover of another store of the same resource (another
+// representation), listed as the harness's store is, proving through the
+// same APIServer.
+func (h *proofHarness) addStore() (*snapshot.Store, *Prover) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	relist(store, listedAt, change{name: "a", rv: 5})
+	return store, NewProver(h.ctx, ProverConfig{
+		APIServer: h.apiProof, Path: h.cfg.path, Namespaced: h.cfg.namespaced,
+		Store: store, Resource: "pods", Timeout: h.cfg.timeout,
+	})
+}
+
 type readResult struct {
 	snap    *snapshot.Snapshot
 	rv      uint64
@@ -296,10 +319,13 @@ type readResult struct {
 }
 
 // read starts a consistent read.
-func (h *proofHarness) read() <-chan readResult {
+func (h *proofHarness) read() <-chan readResult { return readWith(h.p) }
+
+// readWith starts a consistent read by p.
+func readWith(p *Prover) <-chan readResult {
 	out := make(chan readResult, 1)
 	go func() {
-		snap, rv, outcome := h.p.Consistent(context.Background())
+		snap, rv, outcome := p.Consistent(context.Background())
 		out <- readResult{snap, rv, outcome}
 	}()
 	return out
@@ -339,9 +365,9 @@ func poll(t *testing.T, what string, cond func() bool) {
 func (h *proofHarness) waitCovered(t *testing.T, rv uint64) {
 	t.Helper()
 	poll(t, fmt.Sprintf("the auxiliary watch to cover %d", rv), func() bool {
-		h.p.remote.mu.Lock()
-		aux := h.p.remote.aux
-		h.p.remote.mu.Unlock()
+		h.p.remote.shared.mu.Lock()
+		aux := h.p.remote.shared.aux
+		h.p.remote.shared.mu.Unlock()
 		if aux == nil {
 			return false
 		}
@@ -360,7 +386,7 @@ func (h *proofHarness) waitProofs(t *testing.T, path string, n float64) {
 }
 
 func (h *proofHarness) proofs(path string) float64 {
-	return testutil.ToFloat64(h.p.remote.api.metrics.proofs.WithLabelValues("pods", path))
+	return testutil.ToFloat64(h.p.remote.shared.api.metrics.proofs.WithLabelValues("pods", path))
 }
 
 func (h *proofHarness) behindCalls() []uint64 {
@@ -722,53 +748,190 @@ func TestConsistentThroughAPIServerAuxFallsShort(t *testing.T) {
 			poll(t, "auxiliary watches to end", func() bool {
 				ended := 0.0
 				for _, result := range []string{auxBookmark, auxNoBookmark, auxExpired, auxError} {
-					ended += testutil.ToFloat64(h.p.remote.api.metrics.auxWatches.WithLabelValues("pods", result))
+					ended += testutil.ToFloat64(h.p.remote.shared.api.metrics.auxWatches.WithLabelValues("pods", result))
 				}
 				return ended == wantEnded
 			})
 			for result, want := range tc.wantAux {
 				poll(t, fmt.Sprintf("%v auxiliary watches with result %s", want, result), func() bool {
-					return testutil.ToFloat64(h.p.remote.api.metrics.auxWatches.WithLabelValues("pods", result)) == want
+					return testutil.ToFloat64(h.p.remote.shared.api.metrics.auxWatches.WithLabelValues("pods", result)) == want
 				})
 			}
 		})
 	}
 }
 
-// An auxiliary watch that the apiserver ends at its deadline without a
-// bookmark shows the resource has no watch cache: the read passes through
-// (no_bookmarks), and later reads of the resource open no auxiliary watch;
-// only the store's own feed proves them.
+// An auxiliary watch that ends at its deadline without a bookmark proves
+// nothing by itself (the instance that answered may be behind, or have
+// dropped it). Only noBookmarksAfter of them in a row, while the store's
+// own feed shows no bookmark either, make the resource taken to have none
+// (no_bookmarks): later reads open no auxiliary watch, and only the store's
+// own feed proves them. The conclusion expires after noBookmarksFor; one
+// more watch without a bookmark renews it, and a bookmark ends it.
 func TestConsistentThroughAPIServerNoBookmarks(t *testing.T) {
-	h := newProofHarness(t, harnessConfig{auxTimeoutSeconds: 1, timeout: 10 * time.Second})
+	clk := clocktesting.NewFakeClock(time.Now())
+	h := newProofHarness(t, harnessConfig{auxTimeoutSeconds: 1, timeout: 10 * time.Second, clock: clk})
+	gauge := func() float64 {
+		return testutil.ToFloat64(h.p.remote.shared.api.metrics.noBookmarks.WithLabelValues("pods"))
+	}
+	noBookmarkWatch := func(what string) {
+		t.Helper()
+		w := h.watchOpened(t, listedAt)
+		if !strings.Contains(w.query, "timeoutSeconds=1") {
+			t.Errorf("auxiliary watch query %q, want timeoutSeconds=1", w.query)
+		}
+		w.steps <- watchStep{events: []string{added("b", 11)}, atDeadline: true}
+	}
 
+	// Read 1: two auxiliary watches without a bookmark; inconclusive.
 	res := h.read()
 	h.answerProbe(t, probeList(12))
-	w := h.watchOpened(t, listedAt)
-	if !strings.Contains(w.query, "timeoutSeconds=1") {
-		t.Errorf("auxiliary watch query %q, want timeoutSeconds=1", w.query)
+	noBookmarkWatch("read 1, watch 1")
+	noBookmarkWatch("read 1, watch 2")
+	checkPassedThrough(t, recv(t, res, "read 1"), ProgressTimeout)
+	if got := gauge(); got != 0 {
+		t.Fatalf("after 2 watches without a bookmark, no_bookmarks gauge = %v, want 0", got)
 	}
-	w.steps <- watchStep{events: []string{added("b", 11)}, atDeadline: true}
-	checkPassedThrough(t, recv(t, res, "read 1"), NoBookmarks)
-	h.noMoreWatches(t)
 
+	// Read 2: the third in a row makes the resource taken to have none.
+	res = h.read()
+	h.answerProbe(t, probeList(12))
+	noBookmarkWatch("read 2")
+	checkPassedThrough(t, recv(t, res, "read 2"), NoBookmarks)
+	if got := gauge(); got != 1 {
+		t.Errorf("no_bookmarks gauge = %v, want 1", got)
+	}
+
+	// Read 3: no auxiliary watch; the feed alone proves what it can.
 	res = h.read()
 	h.answerProbe(t, probeList(13))
-	checkPassedThrough(t, recv(t, res, "read 2"), NoBookmarks)
+	checkPassedThrough(t, recv(t, res, "read 3"), NoBookmarks)
 	h.noMoreWatches(t)
-
 	res = h.read()
 	apply(h.store, change{name: "b", rv: 11}, change{name: "c", rv: 14})
 	h.answerProbe(t, probeList(14))
-	checkServed(t, recv(t, res, "read 3"), 14, 14)
+	checkServed(t, recv(t, res, "read 4"), 14, 14)
 	h.noMoreWatches(t)
 
-	if got := h.proofs(pathNoBookmarks); got != 2 {
-		t.Errorf("no_bookmarks proofs = %v, want 2", got)
+	// The conclusion expires; one more watch without a bookmark renews it.
+	clk.Step(noBookmarksFor)
+	res = h.read()
+	h.answerProbe(t, probeList(15))
+	w := h.watchOpened(t, 14)
+	w.steps <- watchStep{atDeadline: true}
+	checkPassedThrough(t, recv(t, res, "read 5"), NoBookmarks)
+	res = h.read()
+	h.answerProbe(t, probeList(15))
+	checkPassedThrough(t, recv(t, res, "read 6"), NoBookmarks)
+	h.noMoreWatches(t)
+
+	// Expired again, and this time a bookmark: the conclusion is gone.
+	clk.Step(noBookmarksFor)
+	res = h.read()
+	h.answerProbe(t, probeList(16))
+	w = h.watchOpened(t, 14)
+	w.steps <- watchStep{events: []string{bookmark(16)}}
+	checkServed(t, recv(t, res, "read 7"), 16, 14)
+	poll(t, "the bookmark to end the conclusion", func() bool { return gauge() == 0 })
+
+	if got := h.proofs(pathNoBookmarks); got != 4 {
+		t.Errorf("no_bookmarks proofs = %v, want 4", got)
 	}
-	if got := testutil.ToFloat64(h.p.remote.api.metrics.auxWatches.WithLabelValues("pods", auxNoBookmark)); got != 1 {
-		t.Errorf("auxiliary watches without bookmark = %v, want 1", got)
+	auxWatches := func(result string) float64 {
+		return testutil.ToFloat64(h.p.remote.shared.api.metrics.auxWatches.WithLabelValues("pods", result))
 	}
+	if got := auxWatches(auxNoBookmark); got != 4 {
+		t.Errorf("auxiliary watches without bookmark = %v, want 4", got)
+	}
+}
+
+// While the store's own feed sees bookmarks, the resource has a watch
+// cache: auxiliary watches that end without one (their instance behind, or
+// the bookmark dropped) are counted apart and never make the resource taken
+// to have none.
+func TestConsistentThroughAPIServerFeedBookmarksAreEvidence(t *testing.T) {
+	h := newProofHarness(t, harnessConfig{auxTimeoutSeconds: 1, timeout: 10 * time.Second})
+	h.store.MarkProgress(listedAt) // the feed's bookmark
+
+	for read := 1; read <= 2; read++ {
+		res := h.read()
+		h.answerProbe(t, probeList(12))
+		for range 2 {
+			w := h.watchOpened(t, listedAt)
+			w.steps <- watchStep{atDeadline: true}
+		}
+		checkPassedThrough(t, recv(t, res, fmt.Sprintf("read %d", read)), ProgressTimeout)
+	}
+	// Four watches without a bookmark, and still auxiliary watches.
+	res := h.read()
+	h.answerProbe(t, probeList(12))
+	w := h.watchOpened(t, listedAt)
+	w.steps <- watchStep{events: []string{added("b", 11), bookmark(12)}}
+	apply(h.store, change{name: "b", rv: 11})
+	checkServed(t, recv(t, res, "read 3"), 12, 11)
+
+	metrics := h.p.remote.shared.api.metrics
+	if got := testutil.ToFloat64(metrics.auxWatches.WithLabelValues("pods", auxMissedBookmark)); got != 4 {
+		t.Errorf("auxiliary watches that missed their bookmark = %v, want 4", got)
+	}
+	if got := testutil.ToFloat64(metrics.auxWatches.WithLabelValues("pods", auxNoBookmark)); got != 0 {
+		t.Errorf("auxiliary watches without bookmark = %v, want 0", got)
+	}
+	if got := h.proofs(pathNoBookmarks); got != 0 {
+		t.Errorf("no_bookmarks proofs = %v, want 0", got)
+	}
+}
+
+// A read proven at R leaves the store at R: the client's next request at R
+// (a watch from the list's resourceVersion, a read not older than it) finds
+// the store there, with no proof of its own.
+func TestConsistentThroughAPIServerKeepsProvenRevision(t *testing.T) {
+	h := newProofHarness(t, harnessConfig{})
+	res := h.read()
+	h.answerProbe(t, probeList(20))
+	w := h.watchOpened(t, listedAt)
+	w.steps <- watchStep{events: []string{added("b", 11), bookmark(20)}}
+	apply(h.store, change{name: "b", rv: 11})
+	checkServed(t, recv(t, res, "read"), 20, 11)
+	if got := h.store.Progress(); got != 20 {
+		t.Errorf("store progress after a read proven at 20 = %d, want 20", got)
+	}
+	snap, rv, err := h.p.NotOlderThan(context.Background(), 20, time.Millisecond)
+	if err != nil || snap == nil || rv != 20 {
+		t.Errorf("NotOlderThan(20) = %v, %d, %v; want the snapshot at 20 at once", snap, rv, err)
+	}
+}
+
+// The stores of one resource (its representations) share its probe and
+// its auxiliary watch; each waits for the last change on its own feed.
+func TestConsistentThroughAPIServerSharedByResource(t *testing.T) {
+	h := newProofHarness(t, harnessConfig{fastWait: 5 * time.Millisecond})
+	store2, p2 := h.addStore()
+	if h.p.remote.shared != p2.remote.shared {
+		t.Fatal("two stores of one resource do not share its proof")
+	}
+
+	res1 := h.read()
+	probe := recv(t, h.api.probes, "probe")
+	res2 := readWith(p2)
+	poll(t, "read 2 to wait for the next probe", func() bool {
+		probes := &h.p.remote.shared.probes
+		probes.mu.Lock()
+		defer probes.mu.Unlock()
+		return probes.next != nil && probes.next.waiters == 1
+	})
+	probe.reply <- probeList(12)
+	w := h.watchOpened(t, listedAt)
+	h.answerProbe(t, probeList(12))
+	w.steps <- watchStep{events: []string{added("b", 11), bookmark(12)}}
+	h.waitProofs(t, pathAux, 2)
+	h.noMoreWatches(t)
+
+	apply(h.store, change{name: "b", rv: 11})
+	checkServed(t, recv(t, res1, "read 1"), 12, 11)
+	empty(t, res2, "read 2 served before its store held the change at 11")
+	apply(store2, change{name: "b", rv: 11})
+	checkServed(t, recv(t, res2, "read 2"), 12, 11)
 }
 
 // A probe in flight when a read arrives may have been answered before the
@@ -780,7 +943,7 @@ func TestConsistentThroughAPIServerProbeInFlight(t *testing.T) {
 	probe1 := recv(t, h.api.probes, "probe 1")
 	res2 := h.read()
 	poll(t, "read 2 to wait for the next probe", func() bool {
-		probes := &h.p.remote.probes
+		probes := &h.p.remote.shared.probes
 		probes.mu.Lock()
 		defer probes.mu.Unlock()
 		return probes.next != nil && probes.next.waiters == 1
@@ -900,4 +1063,23 @@ func TestConsistentThroughAPIServerSharesAuxWatch(t *testing.T) {
 	apply(h.store, change{name: "c", rv: 13})
 	checkServed(t, recv(t, res2, "read 2"), 13, 13)
 	w.steps <- watchStep{events: []string{bookmark(14)}}
+}
+
+// An auxiliary watch records each event once, in order: an event or a
+// bookmark at or below what it already covered (a replay, a stale bookmark)
+// changes nothing, so the last change up to R is the newest one.
+func TestAuxWatchIgnoresReplays(t *testing.T) {
+	w := newAuxWatch(4)
+	w.observe(5, true)
+	w.observe(8, true)
+	w.observe(5, true)  // a replayed event
+	w.observe(6, false) // a stale bookmark
+	w.observe(10, false)
+	last, covered, ok := w.lastChange(context.Background(), 9)
+	if !ok || last != 8 || covered != 10 {
+		t.Errorf("lastChange(9) = %d, %d, %v; want 8, 10, true", last, covered, ok)
+	}
+	if !w.covers(10) || w.covers(11) {
+		t.Errorf("covers(10), covers(11) = %v, %v; want true, false", w.covers(10), w.covers(11))
+	}
 }

@@ -153,7 +153,7 @@ func (p *Prover) consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Ou
 // change L ≤ R from the store's own feed or an auxiliary watch, wait for
 // the store to hold L, and serve at max(snapshot RV, R).
 func (p *Prover) consistentThroughAPIServer(ctx context.Context) (*snapshot.Snapshot, uint64, Outcome) {
-	rev, _, err := p.remote.probes.current(ctx)
+	rev, _, err := p.remote.shared.probes.current(ctx)
 	if err != nil {
 		return nil, 0, ProbeFailed
 	}
@@ -173,6 +173,10 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context) (*snapshot.Snap
 		}
 		return nil, 0, SnapshotTimeout
 	}
+	// Keep what was proven: the client's next request at r (a watch from
+	// the list's resourceVersion, a read not older than it) finds the
+	// store there.
+	p.cfg.Store.AdvanceProgress(last, r)
 	return snap, max(rv, r), Served
 }
 
@@ -347,6 +351,8 @@ func (p *Prover) proveAndWait(ctx context.Context, t *Tracker, rev int64) (*snap
 		}
 		return nil, 0, 0, errStoreBehind
 	}
+	// Keep what was proven: the resource had no change in (last, rev].
+	p.cfg.Store.AdvanceProgress(last, uint64(rev))
 	return snap, rv, last, nil
 }
 

@@ -172,6 +172,9 @@ type Store struct {
 	freedTotal int64
 	// compacted is etcd's compacted revision as last told by Compact.
 	compacted atomic.Uint64
+	// lastBookmark is when MarkProgress was last called (Unix nanoseconds
+	// of the store's clock), 0 if never.
+	lastBookmark atomic.Int64
 }
 
 // NewStore returns an empty, unsynced store.
@@ -531,14 +534,43 @@ func (s *Store) Apply(c Change, rv uint64) {
 	s.mu.Unlock()
 }
 
-// MarkProgress records that every change up to rv has been applied (a bookmark).
+// MarkProgress records that every change up to rv has been applied (a
+// bookmark of the store's feed; see BookmarkedWithin).
 func (s *Store) MarkProgress(rv uint64) {
+	s.lastBookmark.Store(s.clock.Now().UnixNano())
 	s.mu.Lock()
 	old := s.current.Load()
 	if rv > old.progress {
 		s.publishLocked(&view{latest: old.latest, progress: rv, history: old.history, synced: old.synced})
 	}
 	s.mu.Unlock()
+}
+
+// BookmarkedWithin reports whether MarkProgress was called within d of now
+// (the store's clock): evidence that the store's feed carries bookmarks.
+func (s *Store) BookmarkedWithin(d time.Duration) bool {
+	at := s.lastBookmark.Load()
+	return at != 0 && s.clock.Since(time.Unix(0, at)) <= d
+}
+
+// AdvanceProgress records that the store's state is also the state at rv,
+// proven elsewhere: the resource had no change in (held, rv]. It does so
+// only if the store is synced and holds every change up to held at the
+// moment it advances (a relist may have moved it back), and reports whether
+// progress is now at least rv. Unlike MarkProgress it is no evidence of
+// the feed's bookmarks.
+func (s *Store) AdvanceProgress(held, rv uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.current.Load()
+	switch {
+	case !old.synced || s.stopped || old.progress < held:
+		return false
+	case old.progress >= rv:
+		return true
+	}
+	s.publishLocked(&view{latest: old.latest, progress: rv, history: old.history, synced: old.synced})
+	return true
 }
 
 // Unsync marks the store as not holding a usable list (its resource is gone)

@@ -269,6 +269,42 @@ func TestWaitFor(t *testing.T) {
 	}
 }
 
+// AdvanceProgress keeps a revision proven elsewhere (no change in
+// (held, rv]) only while the store holds every change up to held: never for
+// an unsynced store, nor after a relist moved it back below held.
+func TestAdvanceProgress(t *testing.T) {
+	s := NewStore(StoreConfig{})
+	if s.AdvanceProgress(0, 5) {
+		t.Fatal("an unsynced store advanced")
+	}
+	s.Replace(nil, 10)
+	s.Apply(Change{Entry: entry("a", "p1", 12, "")}, 12)
+	if s.AdvanceProgress(13, 20) {
+		t.Error("advanced to 20 while holding only up to 12, proven for 13")
+	}
+	if got := s.Progress(); got != 12 {
+		t.Fatalf("progress = %d, want 12", got)
+	}
+	if !s.AdvanceProgress(12, 20) || s.Progress() != 20 {
+		t.Fatalf("AdvanceProgress(12, 20): progress %d, want 20", s.Progress())
+	}
+	if !s.AdvanceProgress(11, 15) || s.Progress() != 20 {
+		t.Errorf("AdvanceProgress(11, 15) moved progress to %d, want it kept at 20", s.Progress())
+	}
+	if s.BookmarkedWithin(time.Hour) {
+		t.Error("a proven revision counted as the feed's bookmark")
+	}
+	// A relist from an instance behind moves the store back to 11.
+	s.Replace([]*Entry{entry("a", "p1", 11, "")}, 11)
+	if s.AdvanceProgress(12, 30) || s.Progress() != 11 {
+		t.Errorf("after a relist to 11, AdvanceProgress(12, 30): progress %d, want 11", s.Progress())
+	}
+	s.MarkProgress(11)
+	if !s.BookmarkedWithin(time.Hour) {
+		t.Error("the feed's bookmark was not recorded")
+	}
+}
+
 // Published stats carry the history bound in force, so that metrics can
 // show how close history is to it.
 func TestStatsHistoryMaxBytes(t *testing.T) {
