@@ -28,23 +28,23 @@ func (reg *Registry) Acquire(ctx context.Context, res *Resource, format wire.For
 	if format == wire.Table && reg.tablesRefused(res.GVR) {
 		return nil, ReasonTableRefused, false
 	}
+	// The store is held from its lookup on (holdLocked), so the idle loop
+	// cannot drop it before the handle holds it.
 	if existingOnly {
-		if e = reg.existingStore(res, format); e == nil {
+		if e = reg.heldStore(res, format); e == nil {
 			return nil, ReasonNotStarted, false
 		}
 	} else if e, reason, ok = reg.storeFor(ctx, res, format, false); !ok {
 		return nil, reason, false
 	}
-	e.holders.Add(1)
-	e.lastUsed.Store(reg.clock.Now().UnixNano())
+	if reg.acquireHook != nil {
+		reg.acquireHook()
+	}
 	return &Handle{reg: reg, e: e}, "", true
 }
 
 // Release ends the hold; the store's idle time starts again.
-func (h *Handle) Release() {
-	h.e.lastUsed.Store(h.reg.clock.Now().UnixNano())
-	h.e.holders.Add(-1)
-}
+func (h *Handle) Release() { h.reg.releaseHold(h.e) }
 
 // Store is the snapshot store.
 func (h *Handle) Store() *snapshot.Store { return h.e.store }

@@ -150,7 +150,9 @@ func (reg *Registry) ensurePreloaded() {
 			continue
 		}
 		if e, _, ok := reg.storeFor(context.Background(), info, p.formatFor(info), true); ok {
+			// Marked while held: the idle loop cannot drop it first.
 			e.preloaded.Store(true)
+			reg.releaseHold(e)
 		}
 	}
 	if old := reg.preload.missing.Swap(missing); old != missing && missing > 0 {

@@ -173,6 +173,10 @@ type Registry struct {
 	tableRefused map[schema.GroupVersionResource]time.Time
 
 	consistency *consistency.Checker // compares the stores with the apiserver
+
+	// acquireHook, when set (tests only), runs in Acquire once it has
+	// found its store, before it returns; reg.mu is not held.
+	acquireHook func()
 }
 
 type storeKey struct {
@@ -408,25 +412,43 @@ func (reg *Registry) applyCompaction(store *snapshot.Store) {
 	}
 }
 
-// existingStore returns the store of info in format if one is running and
-// was built for info's current discovery, else nil; it starts none.
-func (reg *Registry) existingStore(info *Resource, format wire.Format) *storeEntry {
+// holdLocked takes a hold on e (released by releaseHold) and marks it used
+// now. reg.mu must be held, for reading at least: dropIdle, which drops only
+// stores nobody holds, takes it for writing, so a store found and held
+// under one lock is never dropped as idle between the two.
+func (reg *Registry) holdLocked(e *storeEntry) {
+	e.holders.Add(1)
+	e.lastUsed.Store(reg.clock.Now().UnixNano())
+}
+
+// releaseHold ends a hold taken by holdLocked; e's idle time starts again.
+func (reg *Registry) releaseHold(e *storeEntry) {
+	e.lastUsed.Store(reg.clock.Now().UnixNano())
+	e.holders.Add(-1)
+}
+
+// heldStore returns the store of info in format, held (holdLocked), if one
+// is running and was built for info's current discovery, else nil; it
+// starts none.
+func (reg *Registry) heldStore(info *Resource, format wire.Format) *storeEntry {
 	reg.mu.RLock()
+	defer reg.mu.RUnlock()
 	e, ok := reg.stores[storeKey{gvr: info.GVR, format: format}]
-	reg.mu.RUnlock()
 	if !ok || e.info.fingerprint != info.fingerprint {
 		return nil
 	}
+	reg.holdLocked(e)
 	return e
 }
 
-// storeFor returns the store of a resource in a representation, starting
-// its feeder on first demand if admitStart admits it for the caller of ctx
+// storeFor returns the store of a resource in a representation, held
+// (holdLocked: the caller releases it with releaseHold), starting its
+// feeder on first demand if admitStart admits it for the caller of ctx
 // (admission.go); preload starts a preloaded store. Without a store it
 // returns the pass-through reason: ReasonNotStarted before Run, or why the
 // store was not started.
 func (reg *Registry) storeFor(ctx context.Context, info *Resource, format wire.Format, preload bool) (*storeEntry, string, bool) {
-	if e := reg.existingStore(info, format); e != nil {
+	if e := reg.heldStore(info, format); e != nil {
 		return e, "", true
 	}
 	start := startRequest{preloaded: preload || reg.isPreloaded(info, format), budget: reg.cfg.MaxStoreBytes}
@@ -442,6 +464,7 @@ func (reg *Registry) storeFor(ctx context.Context, info *Resource, format wire.F
 	}
 	e, ok := reg.stores[key]
 	if ok && e.info.fingerprint == info.fingerprint {
+		reg.holdLocked(e)
 		return e, "", true
 	}
 	start.used = reg.storeBytesLocked()
@@ -455,6 +478,7 @@ func (reg *Registry) storeFor(ctx context.Context, info *Resource, format wire.F
 	}
 	e = reg.newStoreLocked(info, format)
 	reg.stores[key] = e
+	reg.holdLocked(e)
 	klog.InfoS("Started snapshot store", "resource", info.GVR.String(), "format", format.String(), "preloaded", start.preloaded)
 	return e, "", true
 }
