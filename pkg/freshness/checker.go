@@ -101,6 +101,11 @@ type Checker struct {
 
 	// compacted is the largest compacted revision seen.
 	compacted atomic.Int64
+
+	// trackersMu guards trackers: the running shared Trackers by prefix
+	// (TrackShared).
+	trackersMu sync.Mutex
+	trackers   map[string]*sharedTracker
 }
 
 // New returns a Checker for cfg. It starts nothing; call Run.
@@ -142,6 +147,7 @@ func newChecker(cfg Config) *Checker {
 		probeKey:               cfg.ProbeKey,
 		metrics:                unregisteredMetrics(),
 		progressWake:           make(chan struct{}, 1),
+		trackers:               map[string]*sharedTracker{},
 	}
 	c.probes.read = c.readRevision
 	return c

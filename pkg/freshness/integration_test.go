@@ -121,6 +121,47 @@ func TestEtcdTrackLastChange(t *testing.T) {
 	}
 }
 
+// The stores of one resource share one Tracker (one etcd watch) per prefix;
+// it answers for each of them, keeps running while any uses it, and stops
+// with the last.
+func TestEtcdTrackShared(t *testing.T) {
+	client := startEtcd(t)
+	c := newEtcdChecker(t, client)
+	from := currentRevision(t, c)
+	t1, release1 := c.TrackShared("/registry/pods/", from)
+	r1 := put(t, client, "/registry/pods/default/a")
+	t2, release2 := c.TrackShared("/registry/pods/", r1)
+	if t1 != t2 {
+		t.Fatal("two stores of one prefix got two trackers")
+	}
+	other, releaseOther := c.TrackShared("/registry/configmaps/", from)
+	defer releaseOther()
+	if other == t1 {
+		t.Fatal("two prefixes share a tracker")
+	}
+
+	release1()
+	release1() // idempotent: does not release the other user's share
+	r2 := put(t, client, "/registry/pods/default/b")
+	r3 := put(t, client, "/registry/services/specs/default/x")
+	if got := lastChange(t, t2, r3); got != r2 {
+		t.Errorf("after one release, L(%d) = %d, want %d", r3, got, r2)
+	}
+	select {
+	case <-t2.done:
+		t.Fatal("the tracker stopped while a store still uses it")
+	default:
+	}
+
+	release2()
+	<-t2.done
+	t3, release3 := c.TrackShared("/registry/pods/", r3)
+	defer release3()
+	if t3 == t2 {
+		t.Error("a stopped tracker was handed out again")
+	}
+}
+
 // waitForWaiter yields until some LastChangeAtOrBefore waits for progress.
 func waitForWaiter(t *testing.T, c *Checker) {
 	t.Helper()

@@ -411,8 +411,9 @@ func (p *Prover) verifiedTracker(ctx context.Context) (t *Tracker, wrong bool) {
 		klog.InfoS("Cannot verify etcd prefix yet", "resource", p.cfg.Resource, "prefix", p.cfg.Prefix, "revision", rv, "err", err)
 		return nil, false
 	}
-	p.tracker = p.cfg.Checker.Track(p.cfg.Prefix, int64(rv))
-	context.AfterFunc(p.ctx, p.tracker.Stop)
+	t, release := p.cfg.Checker.TrackShared(p.cfg.Prefix, int64(rv))
+	p.tracker = t
+	context.AfterFunc(p.ctx, release)
 	return p.tracker, false
 }
 

@@ -80,6 +80,45 @@ func (c *Checker) Track(prefix string, fromRev int64) *Tracker {
 	return t
 }
 
+// sharedTracker is a Tracker with the number of its users.
+type sharedTracker struct {
+	t    *Tracker
+	refs int
+}
+
+// TrackShared returns the running Tracker of prefix, or starts one after
+// fromRev (as Track), for the stores of one resource (its representations)
+// to share: one etcd watch per prefix. Any of them serves any store of the
+// prefix: the L it returns is at least its baseline, which a store behind
+// it then waits for. Call release when done; the last release stops the
+// tracker.
+func (c *Checker) TrackShared(prefix string, fromRev int64) (t *Tracker, release func()) {
+	c.trackersMu.Lock()
+	st := c.trackers[prefix]
+	if st == nil {
+		st = &sharedTracker{t: c.Track(prefix, fromRev)}
+		c.trackers[prefix] = st
+	}
+	st.refs++
+	c.trackersMu.Unlock()
+
+	var once sync.Once
+	return st.t, func() {
+		once.Do(func() {
+			c.trackersMu.Lock()
+			st.refs--
+			last := st.refs == 0
+			if last {
+				delete(c.trackers, prefix)
+			}
+			c.trackersMu.Unlock()
+			if last {
+				st.t.Stop()
+			}
+		})
+	}
+}
+
 // Stop stops the tracker's watch and waits for it to end. Pending and later
 // LastChangeAtOrBefore calls that would wait fail with ErrStopped. Stop is
 // idempotent.
