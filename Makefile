@@ -11,7 +11,7 @@ KUBE_VERSION ?= $(shell awk '$$1 == "default" {print $$2}' hack/kube-versions)
 KUBE_COMPAT_VERSION ?= $(shell awk '$$1 == "compat" {print $$2}' hack/kube-versions)
 export KUBE_VERSION
 
-.PHONY: all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-table-oracle test-e2e test-compat verify bench fuzz soak soak-ha conformance clean
+.PHONY: test-stages-reset all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-table-oracle test-e2e test-compat verify bench fuzz soak soak-ha conformance clean
 
 all: build
 
@@ -24,36 +24,44 @@ deps: control-plane control-plane-compat prometheus
 
 ## control-plane: the pinned etcd, kube-apiserver, kube-controller-manager and kubectl of KUBE_VERSION (no-op when current)
 control-plane:
-	hack/build-deps.sh $(KUBE_VERSION)
+	$(STAGE) deps:control-plane-$(KUBE_VERSION) hack/build-deps.sh $(KUBE_VERSION)
 
 ## control-plane-compat: the same for KUBE_COMPAT_VERSION, the old release of the compatibility stage
 control-plane-compat:
-	hack/build-deps.sh $(KUBE_COMPAT_VERSION)
+	$(STAGE) deps:control-plane-$(KUBE_COMPAT_VERSION) hack/build-deps.sh $(KUBE_COMPAT_VERSION)
 
 ## prometheus: the pinned Prometheus server and promtool the tests use (no-op when current)
 prometheus:
-	hack/build-prometheus.sh
+	$(STAGE) deps:prometheus hack/build-prometheus.sh
 
 ## run: local etcd + kube-apiserver + controllers, demo data, listproxy in front
 run: control-plane build
 	$(GO) run ./hack/localup
 
-## test: unit tests with -race, e2e against the KUBE_VERSION control plane, then the compatibility stage against KUBE_COMPAT_VERSION
-test: deps test-unit test-e2e test-compat
+## test: unit tests with -race, e2e against the KUBE_VERSION control plane, then the compatibility stage against KUBE_COMPAT_VERSION; prints each stage's time at the end
+test: test-stages-reset deps test-unit test-e2e test-compat
+	@hack/stage-time.sh print
+
+# STAGE NAME COMMAND runs COMMAND and records its wall time for make test's
+# table (hack/stage-time.sh).
+STAGE := $(abspath hack/stage-time.sh) run
+
+test-stages-reset:
+	@hack/stage-time.sh reset
 
 test-unit: test-table-oracle
-	$(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/imports/
+	$(STAGE) unit $(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/imports/
 
 # pkg/table against the apiserver's own printers of each pinned release,
 # linked only into these test modules.
 test-table-oracle:
-	cd hack/tableoracle/kube-1.37 && $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.36 && $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.35 && $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.34 && $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.33 && $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.32 && $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.31 && $(GO) test -count=1 ./...
+	cd hack/tableoracle/kube-1.37 && $(STAGE) table-oracle:1.37 $(GO) test -count=1 ./...
+	cd hack/tableoracle/kube-1.36 && $(STAGE) table-oracle:1.36 $(GO) test -count=1 ./...
+	cd hack/tableoracle/kube-1.35 && $(STAGE) table-oracle:1.35 $(GO) test -count=1 ./...
+	cd hack/tableoracle/kube-1.34 && $(STAGE) table-oracle:1.34 $(GO) test -count=1 ./...
+	cd hack/tableoracle/kube-1.33 && $(STAGE) table-oracle:1.33 $(GO) test -count=1 ./...
+	cd hack/tableoracle/kube-1.32 && $(STAGE) table-oracle:1.32 $(GO) test -count=1 ./...
+	cd hack/tableoracle/kube-1.31 && $(STAGE) table-oracle:1.31 $(GO) test -count=1 ./...
 
 # The e2e package runs in two parts, each under its own timeout: the watch,
 # replica, store-lifecycle and Table tests, then everything else (with the
@@ -61,8 +69,8 @@ test-table-oracle:
 E2E_PART1 := ^(TestLinearizableReadsWithoutEtcd|TestConsistentWithoutEtcd|TestWatch|TestWarm|TestReplicas|TestDrain|TestManyWatchers|TestStalled|TestKubectlWait|TestAPIServerRestartMidWatch|TestOddResourceVersions|TestStore|TestLoad|TestTable)
 
 test-e2e:
-	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 20m -run '$(E2E_PART1)' ./test/e2e/
-	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(GO) test -race -count=1 -timeout 20m -skip '$(E2E_PART1)' ./test/...
+	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part1 $(GO) test -race -count=1 -timeout 20m -run '$(E2E_PART1)' ./test/e2e/
+	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part2 $(GO) test -race -count=1 -timeout 20m -skip '$(E2E_PART1)' ./test/...
 
 # The e2e tests whose answers depend most on the apiserver's version: the
 # differential and linearizability checks, paging and continue tokens, bad
@@ -73,7 +81,7 @@ COMPAT_TESTS := ^(TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPag
 ## test-compat: the version-sensitive e2e tests against KUBE_COMPAT_VERSION
 test-compat:
 	KUBE_VERSION=$(KUBE_COMPAT_VERSION) LISTPROXY_BIN_DIR=$(abspath $(BIN)) \
-		$(GO) test -race -count=1 -timeout 15m -run '$(COMPAT_TESTS)' ./test/e2e/
+		$(STAGE) compat $(GO) test -race -count=1 -timeout 15m -run '$(COMPAT_TESTS)' ./test/e2e/
 
 verify:
 	hack/verify-gofmt.sh
