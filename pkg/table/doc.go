@@ -10,7 +10,10 @@
 // for the response's instant (Row.Append); every other byte is the
 // apiserver's. Parse checks each clock cell the apiserver rendered
 // against what the rule gives for the time the row was received, so that
-// a rule that does not hold for a release is found at ingest, not served.
+// a rule that does not hold for a release is found at ingest, not served;
+// it tolerates the apiserver's clock and listproxy's being up to
+// MaxClockSkew apart, and ParseAhead tells how far ahead the apiserver's
+// clock was at least.
 //
 // It imports nothing of listproxy's.
 package table

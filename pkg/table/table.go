@@ -28,6 +28,12 @@ const (
 // rules do not hold for this apiserver.
 var ErrMismatch = errors.New("table cell does not follow its rule")
 
+// ErrClockSkew is the ErrMismatch of a clock cell that is what the rule
+// gives for an instant outside the tolerated range but within a minute of
+// it: the apiserver's clock and listproxy's are more than MaxClockSkew
+// apart, or the row was delivered late.
+var ErrClockSkew = fmt.Errorf("%w (only for an instant beyond the clock skew tolerated)", ErrMismatch)
+
 // Column is what Rules need of a custom resource's printer column
 // (apiextensions.k8s.io/v1 CustomResourceColumnDefinition).
 type Column struct {
@@ -130,43 +136,82 @@ const (
 	metadataGroupPrefix = `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/`
 )
 
-// window is how long before received a row may have been rendered.
+// window is how long before received a row may have been rendered, by
+// the apiserver's clock equal to listproxy's: a page's rows are rendered
+// together and read one after another.
 const window = 5 * time.Second
 
-// Parse reads one row of a Table the apiserver rendered at about
+// MaxClockSkew is how far apart the apiserver's clock and listproxy's may
+// be for a row to be taken: Parse accepts a row rendered at an instant in
+// [received-5s-MaxClockSkew, received+MaxClockSkew] of listproxy's clock.
+// Clocks kept by NTP agree within milliseconds, yet a cell of seconds
+// rendered within that skew after a whole second reads the next one (30 ms
+// of skew: about 3% of the rows of objects younger than 10 minutes).
+//
+// 2 s is kube's own tolerance: HumanDuration renders a time less than 2 s
+// in the future as "0s" ("almost now"), and <invalid> from 2 s. A stored
+// row's clock cells are rendered again on listproxy's clock, as an
+// apiserver with that clock renders them: with the apiserver less than
+// 2 s ahead, listproxy shows each duration as much less than the
+// apiserver shows at that moment, an object the apiserver just stamped as
+// 0s, never <invalid>. With more skew, listproxy would show objects
+// younger than the skew as <invalid> while the apiserver shows their age:
+// such rows are rejected (ErrClockSkew).
+const MaxClockSkew = 2 * time.Second
+
+// skewSearch is how far beyond the tolerated range a clock cell that does
+// not follow its rule is looked for, to tell skewed clocks (ErrClockSkew)
+// from a rule that does not hold.
+const skewSearch = time.Minute
+
+// Parse is ParseAhead without how far ahead the apiserver's clock was.
+func (r Rules) Parse(raw []byte, received time.Time) (stored, object []byte, row *Row, err error) {
+	stored, object, row, _, err = r.ParseAhead(raw, received)
+	return stored, object, row, err
+}
+
+// ParseAhead reads one row of a Table the apiserver rendered at about
 // received, as {"cells":[...][,"conditions":[...]],"object":{...}}. It
 // returns the row as stored: the same bytes, except that a full object
 // (Rules.Object) is replaced by its PartialObjectMetadata in
 // meta.k8s.io/v1 as the apiserver writes it for includeObject=Metadata;
 // the object as received (for reading labels and fields, valid as long
 // as raw is); and where its clock cells lie. Every clock cell must be
-// what the rule gives for a time in [received-5s, received]
-// (ErrMismatch otherwise).
+// what the rule gives for a time in
+// [received-5s-MaxClockSkew, received+MaxClockSkew] (ErrMismatch
+// otherwise; ErrClockSkew when it is within a minute of that range).
+//
+// ahead is how long after received, at least, the apiserver rendered the
+// row by listproxy's clock: the least skew of the apiserver's clock ahead
+// of listproxy's that its clock cells show, 0 when an instant up to
+// received explains them. At most MaxClockSkew.
 //
 // For a Metadata feed, stored is raw itself.
-func (r Rules) Parse(raw []byte, received time.Time) (stored, object []byte, row *Row, err error) {
+func (r Rules) ParseAhead(raw []byte, received time.Time) (stored, object []byte, row *Row, ahead time.Duration, err error) {
 	if len(raw) > math.MaxUint32 {
-		return nil, nil, nil, fmt.Errorf("%w: the row is too long", errSyntax)
+		return nil, nil, nil, 0, fmt.Errorf("%w: the row is too long", errSyntax)
 	}
 	l, err := scanRow(raw)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, 0, err
 	}
 	object = raw[l.object.start:l.object.end]
 	wants, err := r.wants(object)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, 0, err
 	}
 	row = &Row{}
 	for _, w := range wants {
 		if w.cell >= len(l.cells) {
-			return nil, nil, nil, fmt.Errorf("%w: cell %d: the row has %d cells", ErrMismatch, w.cell, len(l.cells))
+			return nil, nil, nil, 0, fmt.Errorf("%w: cell %d: the row has %d cells", ErrMismatch, w.cell, len(l.cells))
 		}
 		c := l.cells[w.cell]
-		s, ok := w.check(raw[c.start:c.end], received)
-		if !ok {
-			return nil, nil, nil, fmt.Errorf("%w: cell %d is %s", ErrMismatch, w.cell, raw[c.start:c.end])
+		s, after, err := w.check(raw[c.start:c.end], received)
+		if err != nil {
+			return nil, nil, nil, 0, fmt.Errorf("%w: cell %d is %s", err, w.cell, raw[c.start:c.end])
 		}
+		// The cells were rendered at one instant: after each one's earliest.
+		ahead = max(ahead, after)
 		if w.clock {
 			row.slots = append(row.slots, slot{
 				start: uint32(c.start + s.start),
@@ -182,7 +227,7 @@ func (r Rules) Parse(raw []byte, received time.Time) (stored, object []byte, row
 	if r.Object {
 		meta, err := findField(object, "metadata")
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, 0, err
 		}
 		tail := raw[l.object.end:]
 		stored = make([]byte, 0, l.object.start+len(metadataPrefix)+meta.end-meta.start+1+len(tail))
@@ -195,11 +240,11 @@ func (r Rules) Parse(raw []byte, received time.Time) (stored, object []byte, row
 		stored = append(stored, tail...)
 	} else {
 		if !bytes.HasPrefix(object, []byte(metadataPrefix)) {
-			return nil, nil, nil, fmt.Errorf("%w: the object is not a PartialObjectMetadata in meta.k8s.io/v1", errSyntax)
+			return nil, nil, nil, 0, fmt.Errorf("%w: the object is not a PartialObjectMetadata in meta.k8s.io/v1", errSyntax)
 		}
 		row.objectStart, row.objectEnd = uint32(l.object.start), uint32(l.object.end)
 	}
-	return stored, object, row, nil
+	return stored, object, row, ahead, nil
 }
 
 // wants is what the rules give for the row of object.
@@ -256,32 +301,71 @@ func (r Rules) wants(object []byte) ([]want, error) {
 	return ws, nil
 }
 
-// check reports whether cell, a JSON value, is what w gives for a time
-// in [received-window, received], and where the duration lies in it.
-func (w want) check(cell []byte, received time.Time) (span, bool) {
+// check reports whether cell, a JSON value, is what w gives for an
+// instant in [received-window-MaxClockSkew, received+MaxClockSkew], where
+// the duration lies in it, and how long after received the earliest such
+// instant is (0 when one is not after received). It fails with
+// ErrClockSkew or ErrMismatch.
+func (w want) check(cell []byte, received time.Time) (span, time.Duration, error) {
 	if !w.clock {
-		return span{}, string(cell) == w.fixed || (w.missing && string(cell) == "null")
+		if string(cell) == w.fixed || (w.missing && string(cell) == "null") {
+			return span{}, 0, nil
+		}
+		return span{}, 0, ErrMismatch
 	}
 	inner := len(`"`) + len(w.prefix)
 	if len(cell) < inner+len(w.suffix)+len(`"`) ||
 		string(cell[:inner]) != `"`+w.prefix ||
 		string(cell[len(cell)-len(w.suffix)-1:]) != w.suffix+`"` {
-		return span{}, false
+		return span{}, 0, ErrMismatch
 	}
 	s := span{inner, len(cell) - len(w.suffix) - 1}
 	got := cell[s.start:s.end]
-	// HumanDuration depends on whole seconds only, so the values over
-	// the window are those of the whole seconds it spans.
+	// HumanDuration depends on whole seconds only, so the values over a
+	// range of instants are those of the whole seconds it spans. Those up
+	// to received are tried first (a row arrives just after it was
+	// rendered), then those after it, earliest first.
 	t := time.UnixMicro(w.t.UnixMicro())
-	lo := received.Add(-window).Sub(t) / time.Second
-	hi := received.Sub(t) / time.Second
-	var buf [32]byte
-	for k := lo; k <= hi && k <= lo+2*window/time.Second; k++ {
-		if bytes.Equal(appendHumanDuration(buf[:0], k*time.Second), got) {
-			return s, true
+	at := wholeSeconds(received.Sub(t))
+	lo := wholeSeconds(received.Add(-window - MaxClockSkew).Sub(t))
+	hi := wholeSeconds(received.Add(MaxClockSkew).Sub(t))
+	for k := at; k >= lo; k-- {
+		if renders(got, k) {
+			return s, 0, nil
 		}
 	}
-	return span{}, false
+	for k := at + 1; k <= hi; k++ {
+		if renders(got, k) {
+			return s, t.Add(earliest(k)).Sub(received), nil
+		}
+	}
+	// Outside the tolerance: near it, the clocks disagree.
+	lo = wholeSeconds(received.Add(-window - MaxClockSkew - skewSearch).Sub(t))
+	hi = wholeSeconds(received.Add(MaxClockSkew + skewSearch).Sub(t))
+	for k := lo; k <= hi; k++ {
+		if renders(got, k) {
+			return span{}, 0, ErrClockSkew
+		}
+	}
+	return span{}, 0, ErrMismatch
+}
+
+// wholeSeconds is d in whole seconds as HumanDuration reads it: truncated
+// toward zero. A saturated time.Time.Sub keeps the loops over them short.
+func wholeSeconds(d time.Duration) int64 { return int64(d / time.Second) }
+
+// earliest is the least duration that is k whole seconds.
+func earliest(k int64) time.Duration {
+	if k > 0 {
+		return time.Duration(k) * time.Second
+	}
+	return time.Duration(k-1)*time.Second + 1
+}
+
+// renders reports whether got is HumanDuration of k whole seconds.
+func renders(got []byte, k int64) bool {
+	var buf [32]byte
+	return bytes.Equal(appendHumanDuration(buf[:0], time.Duration(k)*time.Second), got)
 }
 
 // Append appends the stored row to dst with its clock cells rendered for

@@ -405,8 +405,9 @@ func TestParseAppend(t *testing.T) {
 	instants := []time.Duration{0, 400 * time.Millisecond, 2 * time.Second, 70 * time.Second, 26 * time.Hour, 3 * 365 * 24 * time.Hour}
 	for _, tc := range rowCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			// The apiserver rendered the row up to 5s before it arrived.
-			for _, rendered := range []time.Time{received, received.Add(-4 * time.Second)} {
+			// The apiserver rendered the row up to 5s before it arrived,
+			// by a clock up to MaxClockSkew behind listproxy's.
+			for _, rendered := range []time.Time{received, received.Add(-4 * time.Second), received.Add(-window - MaxClockSkew + 10*time.Millisecond)} {
 				raw := makeRow(tc.cells(rendered), tc.object)
 				stored, object, row, err := tc.rules.Parse([]byte(raw), received)
 				if err != nil {
@@ -524,24 +525,34 @@ func TestParseMismatch(t *testing.T) {
 					}
 				}
 			}
-			// Rendered too long before it was received, or after.
-			for _, rendered := range []time.Time{received.Add(-6 * time.Second), received.Add(2 * time.Second)} {
-				raw := makeRow(tc.cells(rendered), tc.object)
-				if inWindow(tc, raw) {
+			// Rendered too long before it was received, or after, by
+			// more than the clock skew tolerated: within a minute of it
+			// ErrClockSkew, further ErrMismatch.
+			for _, tt := range []struct {
+				rendered time.Time
+				want     error
+			}{
+				{received.Add(-window - MaxClockSkew - 2*time.Second), ErrClockSkew},
+				{received.Add(MaxClockSkew + 2*time.Second), ErrClockSkew},
+				{received.Add(-3 * time.Minute), ErrMismatch},
+				{received.Add(3 * time.Minute), ErrMismatch},
+			} {
+				raw := makeRow(tc.cells(tt.rendered), tc.object)
+				if inTolerance(tc, raw) {
 					continue
 				}
-				if _, _, _, err := tc.rules.Parse([]byte(raw), received); !errors.Is(err, ErrMismatch) {
-					t.Errorf("Parse of a row rendered at %v: %v, want ErrMismatch", rendered.Sub(received), err)
+				if _, _, _, err := tc.rules.Parse([]byte(raw), received); !errors.Is(err, tt.want) {
+					t.Errorf("Parse of a row rendered at %v: %v, want %v", tt.rendered.Sub(received), err, tt.want)
 				}
 			}
 		})
 	}
 }
 
-// inWindow: raw is the row of tc rendered at some instant in
-// [received-5s, received].
-func inWindow(tc rowCase, raw string) bool {
-	for t := received.Add(-5 * time.Second); !t.After(received); t = t.Add(10 * time.Millisecond) {
+// inTolerance: raw is the row of tc rendered at some instant in
+// [received-5s-MaxClockSkew, received+MaxClockSkew].
+func inTolerance(tc rowCase, raw string) bool {
+	for t := received.Add(-window - MaxClockSkew); !t.After(received.Add(MaxClockSkew)); t = t.Add(10 * time.Millisecond) {
 		if makeRow(tc.cells(t), tc.object) == raw {
 			return true
 		}
@@ -629,5 +640,90 @@ func TestAppendAllocates(t *testing.T) {
 		}); n != 0 {
 			t.Errorf("%s: Append allocates %v times", tc.name, n)
 		}
+	}
+}
+
+// aheadSkews are how far ahead of listproxy's clock the tests' apiservers
+// render rows: NTP-synced hosts differ by milliseconds; MaxClockSkew is
+// the most tolerated.
+var aheadSkews = []time.Duration{time.Millisecond, 3 * time.Millisecond, 30 * time.Millisecond, 500 * time.Millisecond, 1500 * time.Millisecond, MaxClockSkew}
+
+// TestParseClockAhead: a row rendered by an apiserver whose clock is a
+// little ahead of listproxy's is accepted. Received shortly before a
+// whole second, such a row's cells of whole-second times read the next
+// second: a time after its arrival by listproxy's clock. ahead is at
+// most the skew, and more than 0 for a cell of seconds that crossed. The
+// stored row is rendered on listproxy's clock: as its apiserver renders
+// it for the same instant of its own clock.
+func TestParseClockAhead(t *testing.T) {
+	instants := []time.Duration{0, 700 * time.Millisecond, 9 * time.Second, 26 * time.Hour}
+	for _, skew := range aheadSkews {
+		at := base.Add(time.Second - skew/2)
+		for _, tc := range rowCases() {
+			raw := makeRow(tc.cells(at.Add(skew)), tc.object)
+			stored, _, row, ahead, err := tc.rules.ParseAhead([]byte(raw), at)
+			if err != nil {
+				t.Errorf("%v ahead: %s: Parse(%s): %v", skew, tc.name, raw, err)
+				continue
+			}
+			if ahead < 0 || ahead > skew {
+				t.Errorf("%v ahead: %s: ahead %v, want within [0, %v]", skew, tc.name, ahead, skew)
+			}
+			// The job's Duration is of seconds, from a whole second.
+			if tc.name == "job running" && ahead <= 0 {
+				t.Errorf("%v ahead: %s: ahead %v, want more than 0", skew, tc.name, ahead)
+			}
+			for _, d := range instants {
+				now := at.Add(d)
+				if got, want := string(row.Append(nil, stored, now, IncludeNone, "v1")), makeRow(tc.cells(now), "null"); got != want {
+					t.Errorf("%v ahead: %s: Append(now %v) (-want +got):\n%s", skew, tc.name, d, cmp.Diff(want, got))
+				}
+			}
+		}
+	}
+}
+
+// TestParseAheadNone: a row rendered up to 5s before it arrived, by a
+// clock equal to listproxy's, shows no skew.
+func TestParseAheadNone(t *testing.T) {
+	for _, tc := range rowCases() {
+		for _, rendered := range []time.Time{received, received.Add(-4 * time.Second)} {
+			_, _, _, ahead, err := tc.rules.ParseAhead([]byte(makeRow(tc.cells(rendered), tc.object)), received)
+			if err != nil || ahead != 0 {
+				t.Errorf("%s rendered %v before: ahead %v, %v; want 0, nil", tc.name, received.Sub(rendered), ahead, err)
+			}
+		}
+	}
+}
+
+// TestParseClockSkewBeyond: a clock cell that follows its rule only for an
+// instant beyond the tolerance, within a minute of it, is ErrClockSkew (an
+// ErrMismatch); further, or not a duration the rule can give, it is
+// ErrMismatch alone.
+func TestParseClockSkewBeyond(t *testing.T) {
+	var job rowCase
+	for _, tc := range rowCases() {
+		if tc.name == "job running" {
+			job = tc
+		}
+	}
+	for _, tt := range []struct {
+		name     string
+		rendered time.Time
+		skew     bool
+	}{
+		{"ahead beyond the tolerance", received.Add(MaxClockSkew + time.Second), true},
+		{"ahead by a minute", received.Add(MaxClockSkew + skewSearch), true},
+		{"behind beyond the tolerance", received.Add(-window - MaxClockSkew - 1100*time.Millisecond), true},
+		{"ahead by 2 minutes", received.Add(MaxClockSkew + 2*time.Minute), false},
+		{"behind by 2 minutes", received.Add(-window - MaxClockSkew - 2*time.Minute), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			raw := makeRow(job.cells(tt.rendered), job.object)
+			_, _, _, err := job.rules.Parse([]byte(raw), received)
+			if !errors.Is(err, ErrMismatch) || errors.Is(err, ErrClockSkew) != tt.skew {
+				t.Errorf("Parse(%s) = %v; want ErrMismatch, ErrClockSkew %v", raw, err, tt.skew)
+			}
+		})
 	}
 }
