@@ -51,7 +51,7 @@ func TestEntryOverhead(t *testing.T) {
 	}
 	feed := &tableFeed{rules: info.Table}
 	feed.setColumns([]byte(`[{"name":"Name"}]`))
-	tableEntry := newTableExtractor(info, feed, func() time.Time { return received }, func(err error) { t.Fatal(err) })
+	tableEntry := newTableExtractor(info, feed, func() time.Time { return received }, nil, func(err error) { t.Fatal(err) })
 	jsonEntry := newEntryMaker(info, wire.JSON)
 
 	for _, tc := range []struct {

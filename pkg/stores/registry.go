@@ -510,7 +510,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 	extract := newExtractor(info, format)
 	if format == wire.Table {
 		e.source.table = &tableFeed{rules: info.Table, columnNames: info.TableColumns, watchLists: reg.catalog.watchListDefaults}
-		extract = newTableExtractor(info, e.source.table, reg.clock.Now, func(err error) { reg.refuseTables(info, err) })
+		extract = newTableExtractor(info, e.source.table, reg.clock.Now, reg.cfg.Metrics, func(err error) { reg.refuseTables(info, err) })
 	}
 	e.ctx, e.cancel = context.WithCancel(reg.ctx)
 	var warm snapshot.Lister

@@ -25,8 +25,13 @@ import (
 // rendered them, fed by a Table LIST and WATCH of its own with
 // includeObject=Object where a clock cell reads beyond the object's
 // metadata (table.Rules.Object) and Metadata otherwise. Each row is
-// checked when received (table.Rules.Parse); a row whose clock cells do
-// not follow the rule refuses the resource's Tables for tableRefusal: the
+// checked when received (table.Rules.ParseAhead), with the apiserver's
+// clock up to table.MaxClockSkew from listproxy's. A row that fails the
+// check is not stored, and a store that misses a row cannot be served: the
+// list or watch that brought it fails, and the feeder lists again (a
+// failed list is retried, a failed watch relists), so that the apiserver
+// renders the row anew. tableRejectLimit rows rejected within
+// tableRejectPeriod refuse the resource's Tables for tableRefusal: the
 // store is dropped and its Table reads pass through. The columns a row was
 // rendered with go with it (TableRow.Columns): the columns of a custom
 // resource change with its CRD, and a response never mixes rows of two
@@ -37,10 +42,22 @@ import (
 // apiserver lately.
 const ReasonTableRefused = "table_refused"
 
-// tableRefusal is how long a resource's Tables pass through after a row
-// did not follow its rule. Not measured: long enough that a release
-// listproxy does not know costs one store start per period.
+// tableRefusal is how long a resource's Tables pass through after its
+// rows did not follow their rules. Not measured: long enough that a
+// release listproxy does not know costs one store start per period.
 const tableRefusal = 10 * time.Minute
+
+// A resource's Tables are refused once tableRejectLimit of its rows were
+// rejected within tableRejectPeriod; fewer cost a list each. Not measured:
+// a rule that does not hold fails every list, so it is refused within a
+// second (the feeder retries a list after 0.1 s, then 0.2 s); a row the
+// apiserver rendered or sent late, or one rendered as its clock was
+// stepped, costs one list; and a resource whose rows keep failing now and
+// then costs at most two lists an hour before it is refused.
+const (
+	tableRejectLimit  = 3
+	tableRejectPeriod = time.Hour
+)
 
 // TableColumns is one set of columnDefinitions, as the apiserver sent it.
 // A store keeps one value per set it has seen in a row: rows rendered with
@@ -80,6 +97,21 @@ type tableFeed struct {
 	head       atomic.Pointer[TableHead]
 	// mu orders column changes; reads of head do not take it.
 	mu sync.Mutex
+	// rejected holds when the store's latest rows were rejected, oldest
+	// first, at most tableRejectLimit; the feeder's goroutine only (the
+	// extractor).
+	rejected []time.Time
+}
+
+// reject records a row rejected at now and reports whether it is the
+// tableRejectLimit-th within tableRejectPeriod: the resource's Tables are
+// to be refused.
+func (t *tableFeed) reject(now time.Time) bool {
+	if len(t.rejected) == tableRejectLimit {
+		t.rejected = append(t.rejected[:0], t.rejected[1:]...)
+	}
+	t.rejected = append(t.rejected, now)
+	return len(t.rejected) == tableRejectLimit && now.Sub(t.rejected[0]) <= tableRejectPeriod
 }
 
 // includeObject is the includeObject the feed asks for.
@@ -316,20 +348,32 @@ func (w tableWatch) Next() (snapshot.WatchEvent, error) {
 }
 
 // newTableExtractor returns how a Table store's rows become entries: the
-// row is checked and stored (table.Rules.Parse), labels and fields are
-// read from its object. A row that fails the check refuses the
-// resource's Tables (refuse) and fails the list or watch.
-func newTableExtractor(info *Resource, feed *tableFeed, now func() time.Time, refuse func(error)) snapshot.Extractor {
+// row is checked and stored (table.Rules.ParseAhead), labels and fields
+// are read from its object. A row that fails the check fails the list or
+// watch; the tableRejectLimit-th within tableRejectPeriod refuses the
+// resource's Tables (refuse). m, which may be nil, counts rejected rows
+// and observes how far ahead the apiserver's clock is.
+func newTableExtractor(info *Resource, feed *tableFeed, now func() time.Time, m *Metrics, refuse func(error)) snapshot.Extractor {
 	objectFormat := wire.MetaJSON
 	if info.Table.Object {
 		objectFormat = wire.JSON
 	}
 	entryOf := newEntryMaker(info, objectFormat)
+	resource := info.GVR.GroupResource().String()
 	return func(raw []byte) (*snapshot.Entry, error) {
-		stored, object, row, err := info.Table.Parse(raw, now())
+		received := now()
+		stored, object, row, ahead, err := info.Table.ParseAhead(raw, received)
 		if err != nil {
-			refuse(err)
+			m.tableMismatch(resource, tableRejectReason(err))
+			if feed.reject(received) {
+				refuse(err)
+			} else {
+				klog.InfoS("Table row rejected; the store lists again", "resource", resource, "err", err)
+			}
 			return nil, err
+		}
+		if ahead > 0 {
+			m.tableAhead(ahead)
 		}
 		e, err := entryOf(object, stored)
 		if err != nil {
@@ -340,12 +384,23 @@ func newTableExtractor(info *Resource, feed *tableFeed, now func() time.Time, re
 	}
 }
 
+// tableRejectReason is the reason label of a row table.Rules.ParseAhead
+// rejected with err.
+func tableRejectReason(err error) string {
+	switch {
+	case errors.Is(err, table.ErrClockSkew):
+		return tableRejectClockSkew
+	case errors.Is(err, table.ErrMismatch):
+		return tableRejectRule
+	}
+	return tableRejectMalformed
+}
+
 // refuseTables refuses gvr's Tables for tableRefusal and drops its Table
-// store.
+// store; err is the last row's rejection.
 func (reg *Registry) refuseTables(info *Resource, err error) {
 	resource := info.GVR.GroupResource().String()
-	klog.ErrorS(err, "Table rows do not follow listproxy's rules on this apiserver; its Tables pass through", "resource", resource, "for", tableRefusal)
-	reg.cfg.Metrics.tableMismatch(resource)
+	klog.ErrorS(err, "Table rows do not follow listproxy's rules on this apiserver; its Tables pass through", "resource", resource, "rejected", tableRejectLimit, "within", tableRejectPeriod, "for", tableRefusal)
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	reg.tableRefused[info.GVR] = reg.clock.Now().Add(tableRefusal)
