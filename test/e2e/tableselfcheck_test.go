@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/listproxy/listproxy/cmd/listproxy/app"
 	"github.com/listproxy/listproxy/pkg/httpapi"
@@ -23,8 +25,10 @@ const kubectlTableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io,applica
 // (here configmaps given the rules of certificatesigningrequests, whose
 // AGE is cell 1, where a configmap's row has its DATA count) is caught as
 // the rows arrive: configmaps' Tables pass through with the apiserver's
-// answer, the mismatch is counted, and other resources' Tables are still
-// served from snapshots.
+// answer, the mismatches are counted, the resource is refused once its
+// lists failed the check three times (within a second: the feeder retries
+// a failed list at once), and other resources' Tables are still served
+// from snapshots.
 func TestTableSelfCheck(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	ctx := context.Background()
@@ -72,16 +76,30 @@ func TestTableSelfCheck(t *testing.T) {
 		})
 	}
 	m := framework.Scrape(t, nil, lp.URL+"/metrics")
-	if got := m.Sum("listproxy_stores_table_mismatches_total", `resource="configmaps"`); got < 1 {
-		t.Errorf("listproxy_stores_table_mismatches_total{resource=configmaps} = %v, want at least 1", got)
+	if got := m.Sum("listproxy_stores_table_mismatches_total", `resource="configmaps"`, `reason="rule"`); got < 1 {
+		t.Errorf("listproxy_stores_table_mismatches_total{resource=configmaps,reason=rule} = %v, want at least 1", got)
 	}
-	// Once refused, the resource's Tables pass through up front.
-	code, hdr, _, err := lpc.get(ctx, "/api/v1/namespaces/"+ns+"/configmaps", nil, kubectlTableAccept)
-	if err != nil || code != http.StatusOK || hdr.Get(httpapi.HeaderServedFrom) != httpapi.SourceAPIServer {
-		t.Fatalf("second Table LIST of configmaps: %d from %q (%v), want 200 from the apiserver", code, hdr.Get(httpapi.HeaderServedFrom), err)
+	// Once refused, the resource's Tables pass through up front; until
+	// then, while its list fails, they pass through as not synced.
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		code, hdr, _, err := lpc.get(ctx, "/api/v1/namespaces/"+ns+"/configmaps", nil, kubectlTableAccept)
+		if err != nil {
+			return false, err
+		}
+		if code != http.StatusOK || hdr.Get(httpapi.HeaderServedFrom) != httpapi.SourceAPIServer {
+			return false, fmt.Errorf("Table LIST of configmaps: %d from %q, want 200 from the apiserver", code, hdr.Get(httpapi.HeaderServedFrom))
+		}
+		m, err := framework.ScrapeMetrics(ctx, nil, lp.URL+"/metrics")
+		if err != nil {
+			return false, err
+		}
+		return m.Sum("listproxy_lists_total", `resource="configmaps"`, `reason="table_refused"`) >= 1, nil
+	})
+	if err != nil {
+		t.Fatalf("configmaps' Tables not refused: %v", err)
 	}
 	m = framework.Scrape(t, nil, lp.URL+"/metrics")
-	if got := m.Sum("listproxy_lists_total", `resource="configmaps"`, `reason="table_refused"`); got < 1 {
-		t.Errorf("listproxy_lists_total{resource=configmaps,reason=table_refused} = %v, want at least 1", got)
+	if got := m.Sum("listproxy_stores_table_mismatches_total", `resource="configmaps"`); got < 3 {
+		t.Errorf("listproxy_stores_table_mismatches_total{resource=configmaps} = %v, want at least 3 before the refusal", got)
 	}
 }
