@@ -4,5 +4,7 @@
 // (negotiated with the apiserver's own code), the label and field
 // selectors against the resource's selectable fields, and whether the
 // client accepts gzip. A request it does not accept passes through, with
-// the reason.
+// the reason. Select then says where a request's objects lie in a snapshot
+// (the scope, the single key, the index), for a LIST's pages and a
+// watch-list's initial events alike.
 package collection

@@ -7,10 +7,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/pkg/collection"
@@ -285,48 +283,28 @@ func selectorDigest(labelSelector, fieldSelector string) [32]byte {
 }
 
 // page selects the items of one page, mirroring how the apiserver's watch
-// cache scopes and filters a list (k8s.io/apiserver/pkg/storage/cacher). It
-// returns the page and the item total of the list for remainingItemCount.
+// cache scopes and filters a list (collection.Selection, which watch-lists
+// share). It returns the page and the item total of the list for
+// remainingItemCount.
 func (l *Lists) page(req listRequest, d paging.Decision, token paging.Token, snap *snapshot.Snapshot) (snapshot.Page, int64) {
 	firstPage := d.Action != paging.ServeContinue
-	namespace := req.Namespace
-	if firstPage && namespace == "" {
-		// A cluster-wide list whose field selector pins one namespace is
-		// scoped to it, as the apiserver's registry does.
-		if ns, ok := req.Fields.RequiresExactMatch("metadata.namespace"); ok && len(validation.ValidateNamespaceName(ns, false)) == 0 {
-			namespace = ns
+	sel := req.Select(firstPage)
+	if sel.Single {
+		// A single key: never a continue token.
+		var page snapshot.Page
+		if e, ok := sel.Get(snap); ok {
+			page.Items, page.LastKey = []*snapshot.Entry{e}, e.Key
 		}
+		return page, int64(len(page.Items))
 	}
-	pr := snapshot.PageRequest{Namespace: namespace, After: token.StartKey, Limit: l.pageLimit(req, d), ScanBudget: l.cfg.ScanBudget}
-	if req.Selective {
-		labelSel, fieldSel := req.Labels, req.Fields
-		pr.Match = func(e *snapshot.Entry) bool {
-			return labelSel.Matches(e.Labels()) && fieldSel.Matches(e.Fields())
-		}
-	}
-	if firstPage {
-		// A selector on metadata.name reads that single key: never a
-		// continue token.
-		if name, ok := req.Fields.RequiresExactMatch("metadata.name"); ok && (namespace != "" || !req.Resource.Namespaced) {
-			var page snapshot.Page
-			if e, found := snap.Get(snapshot.ObjectKey(namespace, name)); found && (pr.Match == nil || pr.Match(e)) {
-				page.Items, page.LastKey = []*snapshot.Entry{e}, e.Key
-			}
-			return page, int64(len(page.Items))
-		}
-	}
-	// The watch cache consults its spec.nodeName index for first pages of
-	// latest and consistent reads; "more" then means more index matches.
-	if node, ok := req.Fields.RequiresExactMatch("spec.nodeName"); ok && req.Resource.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && !req.Format.IsMeta() {
-		pr.IndexValue = &node
-		pr.MoreInIndex = firstPage && d.Action != paging.ServeExact
-		if req.Labels.Empty() && len(req.Fields.Requirements()) == 1 {
-			pr.Match = nil // the index already selects exactly these
-		}
-	}
+	pr := sel.PageRequest()
+	pr.After, pr.Limit, pr.ScanBudget = token.StartKey, l.pageLimit(req, d), l.cfg.ScanBudget
+	// The watch cache consults its index for first pages of latest and
+	// consistent reads; "more" then means more index matches.
+	pr.MoreInIndex = sel.IndexValue != nil && firstPage && d.Action != paging.ServeExact
 	total := token.Total
 	if firstPage {
-		total = int64(snap.Count(namespace))
+		total = int64(snap.Count(sel.Namespace))
 	}
 	return snap.Page(pr), total
 }
