@@ -133,6 +133,9 @@ func (h *Handler) target(req collection.Request, handle *stores.Handle) Target {
 		t.Match = req.Match
 		t.Wake = wakeKey(req.Fields)
 	}
+	// A watch-list's initial events are a LIST's first page.
+	initial := req.Select(true)
+	t.Initial = &initial
 	prover := handle.Prover()
 	t.NotOlderThan = func(ctx context.Context, rv uint64, wait time.Duration) (*snapshot.Snapshot, uint64, *metav1.Status) {
 		snap, at, err := prover.NotOlderThan(ctx, rv, wait)

@@ -70,6 +70,13 @@ type Target struct {
 	Namespace string
 	// Match selects objects (labels and fields); nil selects all.
 	Match func(*snapshot.Entry) bool
+	// Initial finds a watch-list's initial events in a snapshot: the
+	// objects of Namespace that Match selects, found as a LIST's first
+	// page with the same selectors finds them (the Handler sets the
+	// request's collection.Selection: the namespace a field selector
+	// pins, the one key of metadata.name, the spec.nodeName index). Nil:
+	// a scan of Namespace with Match.
+	Initial *collection.Selection
 	// Wake is a field value every object Match selects has (an exact
 	// requirement of the field selector): the watch then waits for changes
 	// to objects that have or had it only. Zero: none.
@@ -335,44 +342,61 @@ func sameColumns(items []*snapshot.Entry, cols *stores.TableColumns) bool {
 	return true
 }
 
-// admitInitial selects the objects of snap that t's initial events carry
-// and admits writing them with t.Admit, weighed by their bytes (see
-// Target.Admit). A watch-list that waits for room holds no selection
-// meanwhile. It returns the items, the slot to release once they are
-// written and the time they must be written by (zero: no bound), or the
-// Status rejecting the watch.
+// initialSelection is how t's initial events are found in a snapshot.
+func (t Target) initialSelection() collection.Selection {
+	if t.Initial != nil {
+		return *t.Initial
+	}
+	return collection.Selection{Namespace: t.Namespace, Match: t.Match}
+}
+
+// admitInitial selects the objects of snap that t's initial events carry,
+// reading each object in the selection's scope once, and admits writing
+// them with t.Admit, weighed by their bytes (see Target.Admit). With
+// selectors the weight is the selection's bytes, so the objects are
+// selected first and the selection (a pointer per selected object; snap
+// holds the objects anyway) is kept while the watch-list waits for room;
+// without, the weight comes from snap's counts and the objects are
+// selected once admitted. It returns the items, the slot to release once
+// they are written and the time they must be written by (zero: no bound),
+// or the Status rejecting the watch.
 func (s *Server) admitInitial(ctx context.Context, snap *snapshot.Snapshot, t Target) ([]*snapshot.Entry, func(), time.Time, *apierrors.StatusError) {
-	selectItems := func() []*snapshot.Entry {
-		return snap.Page(snapshot.PageRequest{Namespace: t.Namespace, Match: t.Match}).Items
-	}
+	sel := t.initialSelection()
 	if t.Admit == nil {
-		return selectItems(), func() {}, time.Time{}, nil
+		return sel.All(snap), func() {}, time.Time{}, nil
 	}
-	// The weight's selection is not held while waiting for room.
-	weight := initialWeight(snap, t, selectItems)
+	var (
+		items  []*snapshot.Entry
+		weight int64
+	)
+	if t.Match != nil {
+		items = sel.All(snap)
+		for _, e := range items {
+			weight += int64(len(e.Raw))
+		}
+	} else {
+		weight = unselectedWeight(snap, t.Namespace)
+	}
 	release, deadline, rejected := t.Admit(ctx, weight)
 	if rejected != nil {
 		return nil, nil, time.Time{}, rejected
 	}
-	return selectItems(), release, deadline, nil
+	if t.Match == nil {
+		items = sel.All(snap)
+	}
+	return items, release, deadline, nil
 }
 
-// initialWeight is the bytes of the objects a watch-list's initial events
-// carry: those selectItems selects when t has selectors; all of snap's,
-// or its namespace's share by the mean object size, when not.
-func initialWeight(snap *snapshot.Snapshot, t Target, selectItems func() []*snapshot.Entry) int64 {
-	var weight int64
+// unselectedWeight is the bytes of the objects of a watch-list without
+// selectors: all of snap's, or namespace's share by the mean object size.
+func unselectedWeight(snap *snapshot.Snapshot, namespace string) int64 {
 	switch {
-	case t.Match != nil:
-		for _, e := range selectItems() {
-			weight += int64(len(e.Raw))
-		}
-	case t.Namespace == "":
-		weight = snap.Bytes()
+	case namespace == "":
+		return snap.Bytes()
 	case snap.Len() > 0:
-		weight = int64(snap.Count(t.Namespace)) * (snap.Bytes() / int64(snap.Len()))
+		return int64(snap.Count(namespace)) * (snap.Bytes() / int64(snap.Len()))
 	}
-	return weight
+	return 0
 }
 
 // serveError answers a watch with one ERROR event carrying status, as the
