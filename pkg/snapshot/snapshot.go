@@ -230,11 +230,13 @@ func (s *Snapshot) Page(req PageRequest) Page {
 	}
 	if req.IndexValue != nil && s.index != nil {
 		value := *req.IndexValue
+		probe := &Entry{} // one lookup key for the scan: Get keeps no reference to it
 		s.index.AscendGreaterOrEqual(indexItem{value: value, key: start}, func(it indexItem) bool {
 			if it.value != value {
 				return false
 			}
-			e, ok := s.objects.Get(&Entry{Key: it.key})
+			probe.Key = it.key
+			e, ok := s.objects.Get(probe)
 			if !ok {
 				return true // unreachable: the index and objects trees change together
 			}
