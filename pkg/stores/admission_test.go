@@ -65,8 +65,10 @@ func thingResources(n int) []*Resource {
 func TestBudgetReservesListingStores(t *testing.T) {
 	const budget, held = 1600, 1000
 	const wantStarted = (budget - held) / (budget / listingShare)
-	// A list is answered once its path is released; a watch stays open,
-	// quiet, until its store stops.
+	// A list is answered once its path is released; a watch is reported
+	// on watches (the feeder asks for it once its list is published) and
+	// stays open, quiet, until its store stops.
+	watches := make(chan string, 64)
 	var mu sync.Mutex
 	released := map[string]chan struct{}{}
 	gate := func(path string) chan struct{} {
@@ -79,6 +81,7 @@ func TestBudgetReservesListingStores(t *testing.T) {
 	}
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Query().Get("watch") == "true" {
+			watches <- r.URL.Path
 			<-r.Context().Done()
 			return
 		}
@@ -99,7 +102,7 @@ func TestBudgetReservesListingStores(t *testing.T) {
 	synced.Replace(nil, 1)
 	reg, err := NewStatic(ctx, Config{
 		Upstream: &rest.Config{Host: upstream.URL}, MaxStoreBytes: budget,
-		ColdStoreWait: time.Minute, Clock: testingclock.NewFakeClock(time.Now()),
+		Clock: testingclock.NewFakeClock(time.Now()),
 	}, things[:len(things)-1], StaticStore{Resource: running, Format: wire.JSON, Store: synced, Bytes: held})
 	if err != nil {
 		t.Fatal(err)
@@ -135,9 +138,12 @@ func TestBudgetReservesListingStores(t *testing.T) {
 	for _, h := range started {
 		close(gate(collectionPath(h.e.info.GVR)))
 	}
+	for range started {
+		<-watches
+	}
 	for _, h := range started {
-		if !h.AwaitSynced(ctx) {
-			t.Fatal("an admitted store did not sync")
+		if !h.Store().Synced() {
+			t.Fatal("an admitted store watches before it has synced")
 		}
 		h.Release()
 	}
