@@ -37,9 +37,10 @@ type Config struct {
 	// first list is read from there, and only its watch from the apiserver
 	// (snapshot.FeederConfig.Warm). A peer that cannot be reached or
 	// cannot answer costs one failed request, and a list the apiserver
-	// does not show to be its cluster's (peerSource) one name-scoped
-	// LIST; the store then lists from the apiserver. It carries only what
-	// the peer is to be sent, and redirects are never followed.
+	// does not show to be its own at the list's resourceVersion
+	// (peerSource: a count and up to peerSampleSize name-scoped LISTs)
+	// those requests; the store then lists from the apiserver. It carries
+	// only what the peer is to be sent, and redirects are never followed.
 	Peer *rest.Config
 	// Resources selects the cached resources.
 	Resources ResourceFilter
@@ -517,7 +518,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 	if reg.peerClient != nil && format != wire.Table {
 		// A peer renders a Table's clock cells for its own instant; its
 		// rows are not the apiserver's.
-		warm = peerSource{main: e.source, peer: &apiSource{client: reg.peerClient, host: reg.peerHost, path: e.source.path, format: format, custom: info.Custom, peer: true}}
+		warm = &peerSource{main: e.source, peer: &apiSource{client: reg.peerClient, host: reg.peerHost, path: e.source.path, format: format, custom: info.Custom, peer: true}}
 	}
 	e.feeder = snapshot.NewFeeder(snapshot.FeederConfig{
 		Store:          e.store,

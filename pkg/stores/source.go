@@ -7,12 +7,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"path"
 	"strconv"
 	"sync/atomic"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 
 	"github.com/listproxy/listproxy/pkg/httpapi"
@@ -156,87 +153,3 @@ func (w watchAdapter) Next() (snapshot.WatchEvent, error) {
 }
 
 func (w watchAdapter) Close() error { return w.d.Close() }
-
-// peerSource reads a store's first list from a peer replica, which answers
-// a LIST as the apiserver does (the same items, envelope and
-// resourceVersion); the envelope it reads is main's, which serves the
-// store from then on. The list is trusted only once main's apiserver holds
-// the first object it lists (holds): a peer in front of another cluster is
-// rejected (snapshot.ErrWarmRejected).
-type peerSource struct {
-	main *apiSource
-	peer *apiSource
-}
-
-var _ snapshot.Lister = peerSource{}
-
-func (p peerSource) List(ctx context.Context, limit int64, continueToken string, item func(raw []byte) error) (snapshot.ListResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, peerListTimeout)
-	defer cancel()
-	// The first page's first object is checked with the apiserver; later
-	// pages continue the list it checked.
-	check := continueToken == ""
-	var first *peerObject
-	res, err := p.peer.List(ctx, limit, continueToken, func(raw []byte) error {
-		if check && first == nil {
-			m, uid, err := wire.ExtractMetaUID(p.peer.format, raw)
-			if err != nil {
-				return err
-			}
-			first = &peerObject{namespace: m.Namespace, name: m.Name, uid: uid}
-		}
-		return item(raw)
-	})
-	if err != nil {
-		return res, err
-	}
-	if check {
-		if first == nil {
-			// Nothing to check; an empty collection lists cheaply.
-			return snapshot.ListResult{}, fmt.Errorf("%w: the peer's list is empty, nothing shows it is the apiserver's", snapshot.ErrWarmRejected)
-		}
-		if err := p.main.holds(ctx, *first, res.ResourceVersion); err != nil {
-			return snapshot.ListResult{}, fmt.Errorf("%w: %w", snapshot.ErrWarmRejected, err)
-		}
-	}
-	p.main.envelope.Store(p.peer.envelope.Load())
-	return res, nil
-}
-
-// peerObject names an object of a peer's list.
-type peerObject struct{ namespace, name, uid string }
-
-// holds checks that the apiserver holds obj, with its uid, at rv or later:
-// a LIST of obj's name in its namespace, not older than rv, which the
-// apiserver answers from its watch cache by key. An object of another
-// cluster has another uid (they are random), or is not there, or rv is
-// ahead of this cluster (the apiserver gives up waiting for it, 504).
-func (s *apiSource) holds(ctx context.Context, obj peerObject, rv string) error {
-	p := s.path
-	if obj.namespace != "" {
-		dir, resource := path.Split(s.path)
-		p = dir + "namespaces/" + url.PathEscape(obj.namespace) + "/" + resource
-	}
-	q := url.Values{
-		"fieldSelector":        {fields.OneTermEqualSelector("metadata.name", obj.name).String()},
-		"resourceVersion":      {rv},
-		"resourceVersionMatch": {string(metav1.ResourceVersionMatchNotOlderThan)},
-	}
-	resp, err := s.doPath(ctx, p, q, s.format.ListAccept())
-	if err != nil {
-		return fmt.Errorf("checking %s/%s with the apiserver: %w", obj.namespace, obj.name, err)
-	}
-	defer resp.Body.Close()
-	found := false
-	if _, err := wire.DecodeList(s.format, resp.Body, func(raw []byte) error {
-		m, uid, err := wire.ExtractMetaUID(s.format, raw)
-		found = found || (err == nil && uid != "" && uid == obj.uid && m.Namespace == obj.namespace && m.Name == obj.name)
-		return err
-	}); err != nil {
-		return fmt.Errorf("checking %s/%s with the apiserver: %w", obj.namespace, obj.name, err)
-	}
-	if !found {
-		return fmt.Errorf("the apiserver holds no %s/%s with uid %s at resourceVersion %s or later: the peer is not in front of the same cluster", obj.namespace, obj.name, obj.uid, rv)
-	}
-	return nil
-}
