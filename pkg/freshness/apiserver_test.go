@@ -1083,3 +1083,77 @@ func TestAuxWatchIgnoresReplays(t *testing.T) {
 		t.Errorf("covers(10), covers(11) = %v, %v; want true, false", w.covers(10), w.covers(11))
 	}
 }
+
+// Without etcd, a request at an N newer than the store has seen — a watch
+// from another replica's list, a NotOlderThan read, a continue token — is
+// proven as a consistent read is, from the store's feed or an auxiliary
+// watch that covers N (no probe: N is the client's), and the store keeps N.
+func TestThroughAPIServerRequestsAhead(t *testing.T) {
+	t.Run("holds", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{})
+		got := make(chan bool, 1)
+		go func() { got <- h.p.Holds(context.Background(), 20) }()
+		w := h.watchOpened(t, listedAt)
+		w.steps <- watchStep{events: []string{added("b", 12), bookmark(21)}}
+		empty(t, got, "Holds(20) before the store held the change at 12")
+		apply(h.store, change{name: "b", rv: 12})
+		if !recv(t, got, "Holds(20)") {
+			t.Fatal("Holds(20) = false after the store held the last change before it")
+		}
+		if p := h.store.Progress(); p != 20 {
+			t.Errorf("store progress = %d, want 20", p)
+		}
+		empty(t, h.api.probes, "probe")
+	})
+	t.Run("not_older_than", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{})
+		type answer struct {
+			snap *snapshot.Snapshot
+			rv   uint64
+		}
+		got := make(chan answer, 1)
+		go func() {
+			snap, rv, _ := h.p.NotOlderThan(context.Background(), 20, 10*time.Second)
+			got <- answer{snap, rv}
+		}()
+		w := h.watchOpened(t, listedAt)
+		w.steps <- watchStep{events: []string{bookmark(20)}}
+		a := recv(t, got, "NotOlderThan(20)")
+		if a.snap == nil || a.rv != 20 || a.snap.RV() != listedAt {
+			t.Errorf("NotOlderThan(20) = snapshot %v at %d; want the snapshot at %d served at 20", a.snap, a.rv, listedAt)
+		}
+	})
+	t.Run("at", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{})
+		apply(h.store, change{name: "b", rv: 12})
+		got := make(chan *snapshot.Snapshot, 1)
+		go func() {
+			snap, _ := h.p.At(context.Background(), 14)
+			got <- snap
+		}()
+		// The store is at 12; a change at 13 it has not applied yet.
+		w := h.watchOpened(t, 12)
+		w.steps <- watchStep{events: []string{added("c", 13), bookmark(15)}}
+		empty(t, got, "At(14) before the store held the change at 13")
+		apply(h.store, change{name: "c", rv: 13})
+		snap := recv(t, got, "At(14)")
+		if snap == nil || snap.RV() != 13 {
+			t.Fatalf("At(14) = %v; want the snapshot at 13", snap)
+		}
+	})
+	t.Run("beyond_the_apiserver", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{timeout: 5 * time.Second})
+		got := make(chan bool, 1)
+		go func() { got <- h.p.Holds(context.Background(), 1000) }()
+		for range 2 {
+			w := h.watchOpened(t, listedAt)
+			w.steps <- watchStep{events: []string{bookmark(30)}}
+		}
+		if recv(t, got, "Holds(1000)") {
+			t.Error("Holds(1000) = true for a revision no watch reached")
+		}
+		if p := h.store.Progress(); p != listedAt {
+			t.Errorf("store progress = %d, want %d", p, listedAt)
+		}
+	})
+}

@@ -158,12 +158,29 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context) (*snapshot.Snap
 		return nil, 0, ProbeFailed
 	}
 	r := uint64(rev)
-	last, err := p.remote.prove(ctx, r)
+	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, r)
 	switch {
 	case errors.Is(err, errNoBookmarks):
 		return nil, 0, NoBookmarks
+	case errors.Is(err, errStoreBehind):
+		return nil, 0, SnapshotTimeout
 	case err != nil:
 		return nil, 0, ProgressTimeout
+	}
+	return snap, max(rv, r), Served
+}
+
+// proveThroughAPIServerAndWait is proveAndWait without etcd: the store's
+// own feed or an auxiliary watch tells the last change L of the resource at
+// or before rev (a watch stream covering rev shows every change up to it,
+// whatever rev is), then the store must hold L. It returns the store's
+// latest snapshot, its resourceVersion, and L. A store that does not reach
+// L in time is reported to Behind. An rev no watch reaches in time (beyond
+// the apiserver's revision) is not proven.
+func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, rev uint64) (*snapshot.Snapshot, uint64, uint64, error) {
+	last, err := p.remote.prove(ctx, rev)
+	if err != nil {
+		return nil, 0, 0, err
 	}
 	proven := time.Now()
 	snap, rv, err := p.cfg.Store.WaitFor(ctx, last)
@@ -171,13 +188,13 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context) (*snapshot.Snap
 		if p.cfg.Behind != nil {
 			p.cfg.Behind(last, proven)
 		}
-		return nil, 0, SnapshotTimeout
+		return nil, 0, 0, errStoreBehind
 	}
-	// Keep what was proven: the client's next request at r (a watch from
+	// Keep what was proven: the client's next request at rev (a watch from
 	// the list's resourceVersion, a read not older than it) finds the
 	// store there.
-	p.cfg.Store.AdvanceProgress(last, r)
-	return snap, max(rv, r), Served
+	p.cfg.Store.AdvanceProgress(last, rev)
+	return snap, rv, last, nil
 }
 
 // ProvesConsistentReads reports whether the prover can prove consistent
@@ -189,15 +206,26 @@ func (p *Prover) ProvesConsistentReads() bool {
 // At returns the state at rv for a store that has not yet seen rv (a
 // continue token another replica issued): etcd says which change of the
 // resource was the last at or before rv, and once the store holds it, the
-// snapshot at that change is the state at rv. It fails with
-// snapshot.ErrNotRetained when that cannot be proven in time.
+// snapshot at that change is the state at rv. Without etcd the store's own
+// feed or an auxiliary watch says it (proveThroughAPIServerAndWait). It
+// fails with snapshot.ErrNotRetained when that cannot be proven in time.
 func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) {
 	rev, ok := etcdRevision(rv)
-	if p.cfg.Checker == nil || !ok {
+	if !ok {
 		return nil, snapshot.ErrNotRetained
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
+	if p.remote != nil {
+		_, _, last, err := p.proveThroughAPIServerAndWait(ctx, rv)
+		if err != nil {
+			return nil, snapshot.ErrNotRetained
+		}
+		return p.cfg.Store.At(last)
+	}
+	if p.cfg.Checker == nil {
+		return nil, snapshot.ErrNotRetained
+	}
 	t, _ := p.verifiedTracker(ctx)
 	if t == nil {
 		return nil, snapshot.ErrNotRetained
@@ -213,16 +241,24 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 // rv, a revision newer than it has seen (a consistent read's): etcd tells
 // the last change at or before rv, and the store reaches it within the
 // proof timeout. Unlike At it needs no snapshot at rv, so a compacted rv
-// is no obstacle. False when it cannot be proven: no etcd, the prefix not
-// verified, or etcd not at rv in time (never, for an rv beyond etcd's
-// revisions).
+// is no obstacle. Without etcd the store's own feed or an auxiliary watch
+// tells the last change. False when it cannot be proven: no proof, the
+// prefix not verified, or etcd (or the apiserver's watches) not at rv in
+// time (never, for an rv beyond etcd's revisions).
 func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	rev, ok := etcdRevision(rv)
-	if p.cfg.Checker == nil || !ok {
+	if !ok {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
+	if p.remote != nil {
+		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, rv)
+		return err == nil
+	}
+	if p.cfg.Checker == nil {
+		return false
+	}
 	t, _ := p.verifiedTracker(ctx)
 	if t == nil {
 		return false
@@ -274,8 +310,9 @@ func (e *TooLargeError) Error() string {
 // most wait. A store already there answers at once. Otherwise, with etcd,
 // the last change of the resource at or before minRV is all the store must
 // hold (the read is then served at minRV); when etcd itself has not reached
-// minRV in time, it returns a *TooLargeError. Without etcd the store waits
-// for minRV. A nil snapshot and nil error mean the read must pass through so
+// minRV in time, it returns a *TooLargeError. Through the apiserver, the
+// store's own feed or an auxiliary watch tells the last change at or
+// before minRV likewise; with no proof at all the store waits for minRV. A nil snapshot and nil error mean the read must pass through so
 // that the apiserver decides, as for a minRV beyond etcd's revisions.
 func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Duration) (*snapshot.Snapshot, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
@@ -286,6 +323,13 @@ func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Durat
 	rev, ok := etcdRevision(minRV)
 	if !ok {
 		return nil, 0, nil
+	}
+	if p.remote != nil {
+		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, minRV)
+		if err != nil {
+			return nil, 0, nil
+		}
+		return snap, max(rv, minRV), nil
 	}
 	t, _ := p.verifiedTracker(ctx)
 	if t == nil {
