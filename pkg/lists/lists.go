@@ -187,6 +187,21 @@ func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest,
 		return true, ReasonTooManyRequests
 	}
 	defer slot.release()
+	// A page that passes through does so before its snapshot is pinned for
+	// the next page's token: it leaves no pin behind.
+	env := h.Envelope()
+	if env == nil {
+		return false, ReasonNotSynced
+	}
+	var tableHead *stores.TableHead
+	var tableRows []*stores.TableRow
+	if req.Format == wire.Table {
+		head, rows, reason, ok := tableRowsOf(h, page.Items)
+		if !ok {
+			return false, reason
+		}
+		tableHead, tableRows = head, rows
+	}
 	meta := wire.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}
 	if page.More {
 		returned := token.Returned + int64(len(page.Items))
@@ -206,16 +221,13 @@ func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest,
 	if d.Action == paging.ServeContinue {
 		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueServed)
 	}
-	env := h.Envelope()
-	if env == nil {
-		return false, ReasonNotSynced
-	}
 	if (d.Action == paging.ServeLatest || d.Action == paging.ServeNotOlderThan) && !h.Watching() {
 		// Latest data, but the store is not following the apiserver now.
 		l.cfg.Metrics.servedStale(req.ResourceName())
 	}
 	if req.Format == wire.Table {
-		return l.respondTable(slot.writer(w), r, req, h, meta, page.Items, v.reason)
+		l.respondTable(slot.writer(w), r, req, tableHead, tableRows, meta, page.Items)
+		return true, v.reason
 	}
 	l.write(slot.writer(w), r, req.Format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, !req.Selective)
 	return true, v.reason

@@ -23,31 +23,37 @@ import (
 // printer columns changed and the store has not relisted yet).
 const ReasonTableColumns Reason = "table_columns"
 
-// respondTable writes a Table page from stored rows, each with its clock
-// cells rendered for one instant taken now (table.Row.Append), under the
-// columns of the resource's latest Table. A page whose rows were rendered
-// under other columns passes through, having written nothing.
-func (l *Lists) respondTable(w http.ResponseWriter, r *http.Request, req listRequest, h *stores.Handle, meta wire.ListMeta, entries []*snapshot.Entry, reason Reason) (bool, Reason) {
+// tableRowsOf returns the Table head a page of entries is written under
+// and the entries' rows, or why the page passes through: the store has no
+// head yet, or a row was rendered under other columns than the resource's
+// latest. It is asked before anything is written or kept for the page.
+func tableRowsOf(h *stores.Handle, entries []*snapshot.Entry) (*stores.TableHead, []*stores.TableRow, Reason, bool) {
 	head := h.TableHead()
 	if head == nil || head.Columns == nil {
-		return false, ReasonNotSynced
+		return nil, nil, ReasonNotSynced, false
 	}
 	rows := make([]*stores.TableRow, len(entries))
 	for i, e := range entries {
 		row, ok := e.Extra.(*stores.TableRow)
 		if !ok || row.Columns != head.Columns {
-			return false, ReasonTableColumns
+			return nil, nil, ReasonTableColumns, false
 		}
 		rows[i] = row
 	}
+	return head, rows, "", true
+}
+
+// respondTable writes a Table page from stored rows (tableRowsOf), each with
+// its clock cells rendered for one instant taken now (table.Row.Append),
+// under head's columns.
+func (l *Lists) respondTable(w http.ResponseWriter, r *http.Request, req listRequest, head *stores.TableHead, rows []*stores.TableRow, meta wire.ListMeta, entries []*snapshot.Entry) {
 	parts, err := wire.SplitTable(wire.TableEnvelope{GroupVersion: req.Table.GroupVersion, ListMeta: meta, Columns: head.Columns.JSON, NullRows: head.NullRows}, len(entries))
 	if err != nil {
 		w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
 		httpapi.WriteStatus(w, apierrors.NewInternalError(err))
-		return true, reason
+		return
 	}
 	writeTable(w, r, req.Table, parts, rows, entries, time.Now(), !req.Selective)
-	return true, reason
 }
 
 // tableChunk is how many bytes of rendered rows are gathered before they

@@ -35,9 +35,10 @@ func configmapRow(name string, rv uint64, created time.Time, age string, pad int
 
 // newTableTestLists returns a LIST server over a Table store of
 // configmaps (1.37's rules) holding n rows created two minutes ago and
-// checked when received now; the rows listed in otherColumns were
-// rendered under other columns than the store's latest.
-func newTableTestLists(t *testing.T, n, pad int, otherColumns map[int]bool) *Lists {
+// checked when received now, at resourceVersion n+1, and the store; the
+// rows listed in otherColumns were rendered under other columns than the
+// store's latest. The store keeps no history, and pins for an hour.
+func newTableTestLists(t *testing.T, n, pad int, otherColumns map[int]bool) (*Lists, *snapshot.Store) {
 	t.Helper()
 	rules, ok := table.For(37, configmapsGVR.GroupResource())
 	if !ok {
@@ -63,7 +64,7 @@ func newTableTestLists(t *testing.T, n, pad int, otherColumns map[int]bool) *Lis
 		}
 		entries = append(entries, e)
 	}
-	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store := snapshot.NewStore(snapshot.StoreConfig{PinTTL: time.Hour})
 	store.Replace(entries, uint64(n+1))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -79,7 +80,7 @@ func newTableTestLists(t *testing.T, n, pad int, otherColumns map[int]bool) *Lis
 	if err != nil {
 		t.Fatal(err)
 	}
-	return l
+	return l, store
 }
 
 type testTable struct {
@@ -123,7 +124,7 @@ func TestServeTable(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newTableTestLists(t, tc.rows, tc.pad, tc.otherColumns)
+			l, _ := newTableTestLists(t, tc.rows, tc.pad, tc.otherColumns)
 			q := tc.q
 			if q == nil {
 				q = url.Values{}
@@ -187,6 +188,40 @@ func TestServeTable(t *testing.T) {
 				} else if err := json.Unmarshal(r.Object, &obj); err != nil || obj.APIVersion != tc.wantVersion {
 					t.Errorf("row %d object apiVersion %q (%v), want %q", i, obj.APIVersion, err, tc.wantVersion)
 				}
+			}
+		})
+	}
+}
+
+// TestTablePagePassedThroughPinsNothing: a Table page with more to come
+// pins its snapshot for its continue token, but a page that passes through
+// (a row rendered under other columns than the resource's latest) pins
+// nothing: its client gets the apiserver's page and token, and a pin would
+// keep the snapshot for no one until its TTL, beyond what history keeps.
+func TestTablePagePassedThroughPinsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		otherColumns map[int]bool
+		wantServed   bool
+	}{
+		{name: "served_pins", wantServed: true},
+		{name: "passed_through_pins_nothing", otherColumns: map[int]bool{1: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Three rows at resourceVersion 4: a page of two has more.
+			l, store := newTableTestLists(t, 3, 0, tc.otherColumns)
+			q := url.Values{"limit": {"2"}, "resourceVersion": {"1"}, "resourceVersionMatch": {"NotOlderThan"}}
+			h := http.Header{"Accept": {"application/json;as=Table;v=v1;g=meta.k8s.io"}}
+			served, rec, _ := serveTest(l, "/api/v1/namespaces/ns/configmaps", q, h)
+			if served != tc.wantServed {
+				t.Fatalf("served %v, want %v (HTTP %d: %.200s)", served, tc.wantServed, rec.Code, rec.Body.Bytes())
+			}
+			// The next change leaves the snapshot at 4 to history, which
+			// keeps none: only a pin holds it now.
+			store.Apply(snapshot.Change{Entry: snapshot.NewEntry("ns", "cm-00000", 5, nil, snapshot.NewFieldNames(), nil, []byte(`{}`))}, 5)
+			_, err := store.At(4)
+			if pinned := err == nil; pinned != tc.wantServed {
+				t.Errorf("snapshot at 4 pinned: %v (At: %v), want %v", pinned, err, tc.wantServed)
 			}
 		})
 	}
