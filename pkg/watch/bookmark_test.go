@@ -472,9 +472,10 @@ func (p *bookmarkProgress) waitAll(rv uint64, timeout time.Duration) bool {
 
 // TestBookmarkDueWithOwnChangesUnread: a node's watcher whose bookmark
 // comes due while changes to its own pods are unread sends their events
-// first, then the bookmark, at no resourceVersion past the last change it
-// read: not past its own change it skipped other nodes' changes up to
-// (Cursor.Skip), nor at a change that lands while it writes those events.
+// first, then the bookmark, never at a resourceVersion past the last
+// change it read: not at its own unread change, up to which it skips the
+// other nodes' changes (Cursor.Skip), nor at a change that lands while it
+// writes those events.
 //
 // The watcher's loop (stream) chooses at random between a change and a
 // bookmark when both are due, so the test runs the loop's steps itself:
