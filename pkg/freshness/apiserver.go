@@ -138,6 +138,9 @@ var (
 	// errInconclusive: auxiliary watches ended without reaching the probed
 	// revision (an instance behind, a 410, a closed stream).
 	errInconclusive = errors.New("auxiliary watches did not reach the probed revision")
+	// errFastPathOnly: the store's own feed did not reach the revision
+	// within FastWait, and the caller asked for no auxiliary watch.
+	errFastPathOnly = errors.New("the fast path did not prove the read, and no auxiliary watch was asked for")
 )
 
 // resourceProof is what the stores of one resource share: one probe in
@@ -271,8 +274,10 @@ func (r *resourceProof) list(ctx context.Context) (int64, error) {
 }
 
 // prove returns L, a revision such that a store holding every change up to
-// L holds the state at R: the fast path, or up to two auxiliary watches.
-func (a *apiserverProof) prove(ctx context.Context, r uint64) (uint64, error) {
+// L holds the state at R: the fast path, or, when orAux, up to two
+// auxiliary watches. Without orAux a read the fast path does not prove
+// fails at once with errFastPathOnly, and no auxiliary watch is opened.
+func (a *apiserverProof) prove(ctx context.Context, r uint64, orAux bool) (uint64, error) {
 	res := a.shared
 	fast, cancel := context.WithTimeout(ctx, res.api.cfg.FastWait)
 	_, _, err := a.store.WaitFor(fast, r)
@@ -284,6 +289,10 @@ func (a *apiserverProof) prove(ctx context.Context, r uint64) (uint64, error) {
 	if ctx.Err() != nil {
 		res.api.metrics.proof(res.resource, pathTimeout)
 		return 0, ctx.Err()
+	}
+	if !orAux {
+		res.api.metrics.proof(res.resource, pathDirectCheaper)
+		return 0, errFastPathOnly
 	}
 	for range 2 {
 		aux, noBookmarks := res.runningAux(a.store, r)
@@ -537,6 +546,9 @@ const (
 	pathNoBookmarks  = "no_bookmarks"
 	pathInconclusive = "inconclusive"
 	pathTimeout      = "timeout"
+	// pathDirectCheaper: the fast path did not prove a small read, which
+	// passes through instead of waiting for an auxiliary watch.
+	pathDirectCheaper = "direct_cheaper"
 
 	auxBookmark = "bookmark"
 	// auxNoBookmark: no bookmark, and none in the stores' feeds lately.
@@ -565,7 +577,7 @@ func newAPIServerMetrics(reg prometheus.Registerer) (*apiserverMetrics, error) {
 		}, []string{"result"}),
 		proofs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "apiserver_proofs_total",
-			Help: "Proofs through the apiserver by resource and path: fast (the store's own feed), aux (an auxiliary watch), no_bookmarks (the resource's watches carry none), inconclusive (auxiliary watches fell short), timeout (the read's proof budget ran out first).",
+			Help: "Proofs through the apiserver by resource and path: fast (the store's own feed), aux (an auxiliary watch), no_bookmarks (the resource's watches carry none), inconclusive (auxiliary watches fell short), timeout (the read's proof budget ran out first), direct_cheaper (the fast path did not prove a small read, which passed through without an auxiliary watch).",
 		}, []string{"resource", "path"}),
 		auxWatches: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "aux_watches_total",
@@ -605,7 +617,7 @@ func (m *apiserverMetrics) observeProbe(d time.Duration, err error) {
 // exportResource exports every path and result of resource from the start,
 // so that rates work before the first of each.
 func (m *apiserverMetrics) exportResource(resource string) {
-	for _, path := range []string{pathFast, pathAux, pathNoBookmarks, pathInconclusive, pathTimeout} {
+	for _, path := range []string{pathFast, pathAux, pathNoBookmarks, pathInconclusive, pathTimeout, pathDirectCheaper} {
 		m.proofs.WithLabelValues(resource, path)
 	}
 	for _, result := range []string{auxBookmark, auxNoBookmark, auxMissedBookmark, auxExpired, auxError} {

@@ -1157,3 +1157,84 @@ func TestThroughAPIServerRequestsAhead(t *testing.T) {
 		}
 	})
 }
+
+// readSmall starts a consistent read of a small answer
+// (ConsistentIfCheap(ctx, true)) by p.
+func readSmall(p *Prover) <-chan readResult {
+	out := make(chan readResult, 1)
+	go func() {
+		snap, rv, outcome := p.ConsistentIfCheap(context.Background(), true)
+		out <- readResult{snap, rv, outcome}
+	}()
+	return out
+}
+
+// A small read takes the fast path only: proven by the store's own feed it
+// is served; otherwise it passes through at once (DirectCheaper) and opens
+// no auxiliary watch. A read that is not small still waits for one.
+func TestConsistentThroughAPIServerSmallRead(t *testing.T) {
+	noAux := func(t *testing.T, h *proofHarness) {
+		t.Helper()
+		h.p.remote.shared.mu.Lock()
+		aux := h.p.remote.shared.aux
+		h.p.remote.shared.mu.Unlock()
+		if aux != nil {
+			t.Errorf("an auxiliary watch from %d was started", aux.from)
+		}
+		h.noMoreWatches(t)
+	}
+	t.Run("fast_path_fails_passes_through", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{})
+		res := readSmall(h.p)
+		h.answerProbe(t, probeList(12))
+		checkPassedThrough(t, recv(t, res, "read"), DirectCheaper)
+		noAux(t, h)
+		if got := h.proofs(pathDirectCheaper); got != 1 {
+			t.Errorf("direct_cheaper proofs = %v, want 1", got)
+		}
+		if got := h.proofs(pathAux); got != 0 {
+			t.Errorf("aux proofs = %v, want 0", got)
+		}
+	})
+	t.Run("fast_path_proves_it_served", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{fastWait: time.Minute})
+		res := readSmall(h.p)
+		h.answerProbe(t, probeList(12))
+		apply(h.store, change{name: "b", rv: 12})
+		checkServed(t, recv(t, res, "read"), 12, 12)
+		noAux(t, h)
+		if got := h.proofs(pathFast); got != 1 {
+			t.Errorf("fast proofs = %v, want 1", got)
+		}
+		if got := h.proofs(pathDirectCheaper); got != 0 {
+			t.Errorf("direct_cheaper proofs = %v, want 0", got)
+		}
+	})
+	t.Run("store_already_at_R_served", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{})
+		res := readSmall(h.p)
+		h.answerProbe(t, probeList(listedAt))
+		checkServed(t, recv(t, res, "read"), listedAt, listedAt)
+		noAux(t, h)
+	})
+	t.Run("not_small_waits_for_the_auxiliary_watch", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{})
+		res := make(chan readResult, 1)
+		go func() {
+			snap, rv, outcome := h.p.ConsistentIfCheap(context.Background(), false)
+			res <- readResult{snap, rv, outcome}
+		}()
+		h.answerProbe(t, probeList(12))
+		w := h.watchOpened(t, listedAt)
+		select {
+		case got := <-res:
+			t.Fatalf("read ended before the auxiliary watch's bookmark: %q", got.outcome)
+		case <-time.After(50 * time.Millisecond):
+		}
+		w.steps <- watchStep{events: []string{bookmark(12)}}
+		checkServed(t, recv(t, res, "read"), 12, listedAt)
+		if got := h.proofs(pathDirectCheaper); got != 0 {
+			t.Errorf("direct_cheaper proofs = %v, want 0", got)
+		}
+	})
+}

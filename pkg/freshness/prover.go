@@ -36,6 +36,13 @@ const (
 	// carry no bookmarks and its own feed did not reach the probed
 	// revision at once.
 	NoBookmarks Outcome = "no_bookmarks"
+	// DirectCheaper: proving through the apiserver, the caller said the
+	// read is small (ConsistentIfCheap) and the store's own feed did not
+	// reach the probed revision within the fast path's wait; the
+	// apiserver answers a small read sooner than an auxiliary watch
+	// proves it, so none was opened. A choice, not a failure: the read
+	// passes through.
+	DirectCheaper Outcome = "direct_cheaper"
 )
 
 // DefaultProofTimeout bounds one proof when ProverConfig.Timeout is 0: the
@@ -114,17 +121,28 @@ func NewProver(ctx context.Context, cfg ProverConfig) *Prover {
 // prefix, wait for the store to hold L, and serve at max(snapshot RV, E). A
 // nil snapshot means freshness was not proven; the Outcome says why.
 func (p *Prover) Consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Outcome) {
+	return p.ConsistentIfCheap(ctx, false)
+}
+
+// ConsistentIfCheap is Consistent for a read whose caller knows how large
+// its answer is. small says the apiserver answers it in milliseconds: then,
+// proving through the apiserver, a read the fast path (the store's own
+// feed within APIServerConfig.FastWait) does not prove returns at once with
+// no snapshot and DirectCheaper, opening no auxiliary watch, whose bookmark
+// can take 2.25 s. With etcd, whose proofs take milliseconds, small changes
+// nothing. Like Consistent, it never returns a snapshot it did not prove.
+func (p *Prover) ConsistentIfCheap(ctx context.Context, small bool) (*snapshot.Snapshot, uint64, Outcome) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
-	snap, rv, outcome := p.consistent(ctx)
+	snap, rv, outcome := p.consistent(ctx, small)
 	p.cfg.Metrics.observe(p.cfg.Resource, outcome, time.Since(start))
 	return snap, rv, outcome
 }
 
-func (p *Prover) consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Outcome) {
+func (p *Prover) consistent(ctx context.Context, small bool) (*snapshot.Snapshot, uint64, Outcome) {
 	if p.remote != nil {
-		return p.consistentThroughAPIServer(ctx)
+		return p.consistentThroughAPIServer(ctx, small)
 	}
 	t, wrong := p.verifiedTracker(ctx)
 	switch {
@@ -151,15 +169,18 @@ func (p *Prover) consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Ou
 // consistentThroughAPIServer is Consistent without etcd: probe the
 // resource's current revision R through the apiserver, learn the last
 // change L ≤ R from the store's own feed or an auxiliary watch, wait for
-// the store to hold L, and serve at max(snapshot RV, R).
-func (p *Prover) consistentThroughAPIServer(ctx context.Context) (*snapshot.Snapshot, uint64, Outcome) {
+// the store to hold L, and serve at max(snapshot RV, R). A small read
+// (ConsistentIfCheap) takes the fast path only.
+func (p *Prover) consistentThroughAPIServer(ctx context.Context, small bool) (*snapshot.Snapshot, uint64, Outcome) {
 	rev, _, err := p.remote.shared.probes.current(ctx)
 	if err != nil {
 		return nil, 0, ProbeFailed
 	}
 	r := uint64(rev)
-	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, r)
+	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, r, !small)
 	switch {
+	case errors.Is(err, errFastPathOnly):
+		return nil, 0, DirectCheaper
 	case errors.Is(err, errNoBookmarks):
 		return nil, 0, NoBookmarks
 	case errors.Is(err, errStoreBehind):
@@ -176,9 +197,10 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context) (*snapshot.Snap
 // whatever rev is), then the store must hold L. It returns the store's
 // latest snapshot, its resourceVersion, and L. A store that does not reach
 // L in time is reported to Behind. An rev no watch reaches in time (beyond
-// the apiserver's revision) is not proven.
-func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, rev uint64) (*snapshot.Snapshot, uint64, uint64, error) {
-	last, err := p.remote.prove(ctx, rev)
+// the apiserver's revision) is not proven. Without orAux only the fast path
+// may prove it: errFastPathOnly when it does not.
+func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, rev uint64, orAux bool) (*snapshot.Snapshot, uint64, uint64, error) {
+	last, err := p.remote.prove(ctx, rev, orAux)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -217,7 +239,7 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		_, _, last, err := p.proveThroughAPIServerAndWait(ctx, rv)
+		_, _, last, err := p.proveThroughAPIServerAndWait(ctx, rv, true)
 		if err != nil {
 			return nil, snapshot.ErrNotRetained
 		}
@@ -253,7 +275,7 @@ func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, rv)
+		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, rv, true)
 		return err == nil
 	}
 	if p.cfg.Checker == nil {
@@ -325,7 +347,7 @@ func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Durat
 		return nil, 0, nil
 	}
 	if p.remote != nil {
-		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, minRV)
+		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, minRV, true)
 		if err != nil {
 			return nil, 0, nil
 		}
@@ -487,7 +509,7 @@ func NewReadMetrics(reg prometheus.Registerer) (*ReadMetrics, error) {
 	m := &ReadMetrics{
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "consistent_reads_total",
-			Help: "Consistent LISTs by resource and outcome (served, or why freshness was not proven: probe_failed, progress_timeout, snapshot_timeout, prefix_unverified, no_bookmarks).",
+			Help: "Consistent LISTs by resource and outcome (served, or why freshness was not proven: probe_failed, progress_timeout, snapshot_timeout, prefix_unverified, no_bookmarks, direct_cheaper).",
 		}, []string{"resource", "outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "listproxy", Subsystem: "freshness", Name: "wait_duration_seconds",

@@ -115,3 +115,27 @@ func TestProverRequestedResourceVersions(t *testing.T) {
 		}
 	}
 }
+
+// With etcd a small read is proven as any other: etcd's proofs take
+// milliseconds, so ConsistentIfCheap never passes it through as
+// DirectCheaper, and a store missing a change etcd holds is still caught.
+func TestConsistentIfCheapWithEtcd(t *testing.T) {
+	client := startEtcd(t)
+	c := newEtcdChecker(t, client)
+	held := put(t, client, "/registry/pods/ns/a")
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace([]*snapshot.Entry{{Key: snapshot.ObjectKey("ns", "a"), RV: uint64(held)}}, uint64(held))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // stops the tracker before the Checker
+	p := NewProver(ctx, ProverConfig{
+		Checker: c, Store: store, Resource: "pods", Prefix: "/registry/pods/", Timeout: time.Second,
+	})
+	snap, rv, outcome := p.ConsistentIfCheap(ctx, true)
+	if outcome != Served || snap == nil || rv < uint64(held) {
+		t.Fatalf("ConsistentIfCheap(small) = %v, %d, %q; want served at %d or later", snap, rv, outcome, held)
+	}
+	put(t, client, "/registry/pods/ns/b") // never applied to the store
+	if snap, _, outcome := p.ConsistentIfCheap(ctx, true); snap != nil || outcome != SnapshotTimeout {
+		t.Fatalf("ConsistentIfCheap(small) with a change the store lacks = %v, %q; want nil, %q", snap, outcome, SnapshotTimeout)
+	}
+}
