@@ -177,14 +177,16 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 
 	case paging.ServeConsistent:
 		// resourceVersion unset: the latest snapshot once freshness is
-		// proven (without etcd it passed through above); on timeout, pass
-		// through (or 429).
-		snap, rv, outcome := h.Prover().Consistent(ctx)
+		// proven (with no proof at all it passed through above); a small
+		// read the apiserver answers sooner than an auxiliary watch
+		// proves it passes through; on timeout, pass through (or 429).
+		small := false
+		if latest, _, err := h.Store().Latest(); err == nil {
+			small = l.smallScope(req, latest)
+		}
+		snap, rv, outcome := h.Prover().ConsistentIfCheap(ctx, small)
 		if snap == nil {
-			if l.cfg.FallbackReject && outcome != freshness.PrefixUnverified && outcome != freshness.NoBookmarks {
-				return reject(Reason(outcome), apierrors.NewTooManyRequests("listproxy could not prove the freshness of its snapshot in time; retry", 1))
-			}
-			return pass(Reason(outcome))
+			return l.unproven(outcome)
 		}
 		return serve(snap, rv)
 
@@ -226,4 +228,43 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 		return serve(snap, d.RV)
 	}
 	return pass(Reason(d.Reason))
+}
+
+// smallScope reports whether a consistent LIST of req is small enough for
+// the apiserver to answer sooner than an auxiliary watch proves it
+// (freshness.Prover.ConsistentIfCheap): the objects of its scope in snap,
+// the store's latest snapshot, number at most
+// Config.ConsistentPassThroughMaxObjects. Its scope is what its first page
+// reads (collection.Request.Select): the request's namespace, or the one
+// its field selector pins, or the whole resource; a selection of one name
+// is one object. Selectors and limit do not shrink it: the apiserver still
+// reads the scope to select, and a first page passed through leaves the
+// whole list's pages to the apiserver. Always false when the rule is off
+// (0).
+func (l *Lists) smallScope(req listRequest, snap *snapshot.Snapshot) bool {
+	limit := l.cfg.ConsistentPassThroughMaxObjects
+	if limit <= 0 {
+		return false
+	}
+	sel := req.Select(true)
+	if sel.Single {
+		return true
+	}
+	return snap.Count(sel.Namespace) <= limit
+}
+
+// unproven is the verdict on a consistent read whose freshness was not
+// proven: it passes through, or gets the 429 of FallbackReject when the
+// proof ran out of time or failed. Reads that are never proven
+// (PrefixUnverified, NoBookmarks) and small reads passed through by choice
+// (DirectCheaper) pass through whatever FallbackReject says.
+func (l *Lists) unproven(outcome freshness.Outcome) verdict {
+	switch outcome {
+	case freshness.DirectCheaper, freshness.PrefixUnverified, freshness.NoBookmarks:
+		return pass(Reason(outcome))
+	}
+	if l.cfg.FallbackReject {
+		return reject(Reason(outcome), apierrors.NewTooManyRequests("listproxy could not prove the freshness of its snapshot in time; retry", 1))
+	}
+	return pass(Reason(outcome))
 }

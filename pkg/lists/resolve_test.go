@@ -2,6 +2,7 @@ package lists
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/listproxy/listproxy/pkg/collection"
+	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
@@ -118,6 +120,105 @@ func TestResolve(t *testing.T) {
 				if v.snap == nil || v.rv != tc.wantRV || v.handle == nil {
 					t.Errorf("serve rv %d (snapshot %v), want rv %d", v.rv, v.snap != nil, tc.wantRV)
 				}
+			}
+		})
+	}
+}
+
+// A consistent LIST is small, and passes through when the store's own feed
+// does not prove it at once, when its scope holds at most
+// ConsistentPassThroughMaxObjects objects: its namespace's count, or the
+// namespace its field selector pins, or the whole resource's; one object
+// for a single name. Selectors and limit do not shrink the scope; 0 turns
+// the rule off.
+func TestSmallScope(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	var entries []*snapshot.Entry
+	for _, key := range []string{"a/p1", "a/p2", "a/p3", "b/p1"} {
+		entries = append(entries, &snapshot.Entry{Key: key, RV: 5, Raw: []byte("{}")})
+	}
+	store.Replace(entries, 10)
+	snap, _, err := store.Latest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := stores.NewResource(podsGVR, "Pod", true, false)
+	tests := []struct {
+		name      string
+		namespace string
+		labels    string
+		fields    string
+		limit     int64
+		max       int
+		want      bool
+	}{
+		{name: "namespace_at_threshold", namespace: "b", max: 1, want: true},
+		{name: "namespace_over_threshold", namespace: "a", max: 2, want: false},
+		{name: "namespace_under_threshold", namespace: "a", max: 3, want: true},
+		{name: "empty_namespace", namespace: "c", max: 1, want: true},
+		{name: "cluster_over_threshold", max: 3, want: false},
+		{name: "cluster_at_threshold", max: 4, want: true},
+		{name: "pinned_namespace", fields: "metadata.namespace=b", max: 1, want: true},
+		{name: "pinned_namespace_over_threshold", fields: "metadata.namespace=a", max: 2, want: false},
+		{name: "single_name", namespace: "a", fields: "metadata.name=p1", max: 2, want: true},
+		{name: "selector_does_not_shrink_the_scope", namespace: "a", labels: "app=x", max: 2, want: false},
+		{name: "limit_does_not_shrink_the_scope", namespace: "a", limit: 1, max: 2, want: false},
+		{name: "off", namespace: "b", max: 0, want: false},
+		{name: "off_single_name", namespace: "a", fields: "metadata.name=p1", max: 0, want: false},
+		{name: "off_empty_namespace", namespace: "c", max: 0, want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ls, err := labels.Parse(tc.labels)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs, err := fields.ParseSelector(tc.fields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &Lists{cfg: Config{ConsistentPassThroughMaxObjects: tc.max}}
+			req := listRequest{
+				Request: collection.Request{
+					Path: collection.Path{GVR: podsGVR, Namespace: tc.namespace}, Resource: pods,
+					Labels: ls, Fields: fs, Selective: tc.labels != "" || tc.fields != "",
+				},
+				query: listQuery{limit: tc.limit},
+			}
+			if got := l.smallScope(req, snap); got != tc.want {
+				t.Errorf("smallScope = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A small read the prover passed through by choice (DirectCheaper) passes
+// through with that reason, never the 429 of FallbackReject, which only a
+// proof that ran out of time or failed gets.
+func TestUnprovenConsistentRead(t *testing.T) {
+	tests := []struct {
+		outcome    freshness.Outcome
+		reject     bool
+		want       outcome
+		wantReason Reason
+	}{
+		{outcome: freshness.DirectCheaper, reject: true, want: outcomePass, wantReason: "direct_cheaper"},
+		{outcome: freshness.DirectCheaper, want: outcomePass, wantReason: "direct_cheaper"},
+		{outcome: freshness.NoBookmarks, reject: true, want: outcomePass, wantReason: "no_bookmarks"},
+		{outcome: freshness.PrefixUnverified, reject: true, want: outcomePass, wantReason: "prefix_unverified"},
+		{outcome: freshness.ProgressTimeout, reject: true, want: outcomeReject, wantReason: "progress_timeout"},
+		{outcome: freshness.ProbeFailed, reject: true, want: outcomeReject, wantReason: "probe_failed"},
+		{outcome: freshness.ProgressTimeout, want: outcomePass, wantReason: "progress_timeout"},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s/reject=%v", tc.outcome, tc.reject), func(t *testing.T) {
+			l := &Lists{cfg: Config{FallbackReject: tc.reject}}
+			v := l.unproven(tc.outcome)
+			if v.outcome != tc.want || v.reason != tc.wantReason {
+				t.Fatalf("unproven(%q) = outcome %d reason %q, want %d %q", tc.outcome, v.outcome, v.reason, tc.want, tc.wantReason)
+			}
+			if v.outcome == outcomeReject && v.status.Status().Code != http.StatusTooManyRequests {
+				t.Errorf("status code %d, want 429", v.status.Status().Code)
 			}
 		})
 	}
