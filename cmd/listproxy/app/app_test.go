@@ -75,6 +75,9 @@ func TestValidate(t *testing.T) {
 			wantErrs: []string{"--shutdown-grace-period", "--shutdown-delay"}},
 		{name: "negative_consistency_check_interval", mutate: func(o *Options) { o.Cache.ConsistencyCheckInterval = -time.Second },
 			wantErrs: []string{"--consistency-check-interval: must not be negative"}},
+		{name: "consistent_pass_through_off", mutate: func(o *Options) { o.Cache.ConsistentPassThroughMaxObjects = 0 }},
+		{name: "negative_consistent_pass_through_max_objects", mutate: func(o *Options) { o.Cache.ConsistentPassThroughMaxObjects = -1 },
+			wantErrs: []string{"--consistent-pass-through-max-objects: must not be negative"}},
 		{name: "negative_inflight_bounds", mutate: func(o *Options) {
 			o.Cache.MaxInflightLists, o.Cache.MaxInflightListBytes, o.Cache.ListQueueWait, o.Cache.ListWriteTimeout = -1, -1, -1, -1
 		}, wantErrs: []string{"--max-inflight-lists", "--max-inflight-list-bytes", "--list-queue-wait", "--list-write-timeout"}},
@@ -376,5 +379,28 @@ func TestDefaultsFollowAPIServer(t *testing.T) {
 	}
 	if o.Cache.LimitForRV0 {
 		t.Error("--limit-for-resource-version-0 defaults to true, want false (the apiserver ignores limit at resourceVersion=0)")
+	}
+}
+
+// --consistent-pass-through-max-objects defaults to the LIST server's 500
+// and sets it; 0 turns the rule off.
+func TestConsistentPassThroughMaxObjectsFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{args: nil, want: 500},
+		{args: []string{"--consistent-pass-through-max-objects=0"}, want: 0},
+		{args: []string{"--consistent-pass-through-max-objects=2000"}, want: 2000},
+	} {
+		o := NewOptions()
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if got := o.Cache.ConsistentPassThroughMaxObjects; got != tc.want {
+			t.Errorf("%v: ConsistentPassThroughMaxObjects = %d, want %d", tc.args, got, tc.want)
+		}
 	}
 }
