@@ -34,7 +34,9 @@ type Listproxy struct {
 
 // StartListproxy runs listproxy in-process with args (flags as on the command
 // line) in front of cp, using cp's admin credentials upstream. It waits for
-// /readyz and stops listproxy when the test ends.
+// /readyz and stops listproxy when the test ends. Unlike the command, it
+// proves small consistent reads too (--consistent-pass-through-max-objects
+// defaults to 0 here).
 //
 // With --authentication=delegated and neither --tls-cert-file nor
 // --cert-dir, listproxy generates its self-signed certificate in a temporary
@@ -69,7 +71,12 @@ func startListproxy(cp *ControlPlane, dir string, adjust func(*app.Config), args
 	opts := app.NewOptions()
 	fs := pflag.NewFlagSet("listproxy", pflag.ContinueOnError)
 	opts.AddFlags(fs)
-	if err := fs.Parse(append([]string{"--kubeconfig=" + kubeconfig}, args...)); err != nil {
+	// Consistent reads of small scopes are proven, not passed through as
+	// cheaper (--consistent-pass-through-max-objects=0), so that tests of
+	// reads served from snapshots and of the proof through the apiserver
+	// see them proven; a test of the rule gives the flag itself (the last
+	// one wins).
+	if err := fs.Parse(append([]string{"--kubeconfig=" + kubeconfig, "--consistent-pass-through-max-objects=0"}, args...)); err != nil {
 		return nil, err
 	}
 	if opts.Auth.Mode == app.AuthenticationDelegated && opts.Auth.TLSCertFile == "" && opts.Auth.CertDir == "" {
