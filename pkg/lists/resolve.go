@@ -240,10 +240,11 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 // is one object. Selectors and limit do not shrink it: the apiserver still
 // reads the scope to select, and a first page passed through leaves the
 // whole list's pages to the apiserver. Always false when the rule is off
-// (0).
+// (0), and for a peer replica's first list of a store (warm start): a list
+// passed through is declined to a peer, so it is proven as before.
 func (l *Lists) smallScope(req listRequest, snap *snapshot.Snapshot) bool {
 	limit := l.cfg.ConsistentPassThroughMaxObjects
-	if limit <= 0 {
+	if limit <= 0 || req.peer {
 		return false
 	}
 	sel := req.Select(true)

@@ -130,7 +130,7 @@ func TestResolve(t *testing.T) {
 // ConsistentPassThroughMaxObjects objects: its namespace's count, or the
 // namespace its field selector pins, or the whole resource's; one object
 // for a single name. Selectors and limit do not shrink the scope; 0 turns
-// the rule off.
+// the rule off; a peer replica's list is never small.
 func TestSmallScope(t *testing.T) {
 	store := snapshot.NewStore(snapshot.StoreConfig{})
 	var entries []*snapshot.Entry
@@ -150,6 +150,7 @@ func TestSmallScope(t *testing.T) {
 		fields    string
 		limit     int64
 		max       int
+		peer      bool
 		want      bool
 	}{
 		{name: "namespace_at_threshold", namespace: "b", max: 1, want: true},
@@ -166,6 +167,8 @@ func TestSmallScope(t *testing.T) {
 		{name: "off", namespace: "b", max: 0, want: false},
 		{name: "off_single_name", namespace: "a", fields: "metadata.name=p1", max: 0, want: false},
 		{name: "off_empty_namespace", namespace: "c", max: 0, want: false},
+		{name: "peer_list", namespace: "b", max: 1, peer: true, want: false},
+		{name: "peer_list_cluster", max: 4, peer: true, want: false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -184,6 +187,7 @@ func TestSmallScope(t *testing.T) {
 					Labels: ls, Fields: fs, Selective: tc.labels != "" || tc.fields != "",
 				},
 				query: listQuery{limit: tc.limit},
+				peer:  tc.peer,
 			}
 			if got := l.smallScope(req, snap); got != tc.want {
 				t.Errorf("smallScope = %v, want %v", got, tc.want)
