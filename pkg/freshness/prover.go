@@ -204,18 +204,10 @@ func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, rev uint64, o
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	proven := time.Now()
-	snap, rv, err := p.cfg.Store.WaitFor(ctx, last)
+	snap, rv, err := p.holdAndKeep(ctx, last, rev)
 	if err != nil {
-		if p.cfg.Behind != nil {
-			p.cfg.Behind(last, proven)
-		}
-		return nil, 0, 0, errStoreBehind
+		return nil, 0, 0, err
 	}
-	// Keep what was proven: the client's next request at rev (a watch from
-	// the list's resourceVersion, a read not older than it) finds the
-	// store there.
-	p.cfg.Store.AdvanceProgress(last, rev)
 	return snap, rv, last, nil
 }
 
@@ -409,17 +401,31 @@ func (p *Prover) proveAndWait(ctx context.Context, t *Tracker, rev int64) (*snap
 		return nil, 0, 0, errNoProgress
 	}
 	last := uint64(l)
+	snap, rv, err := p.holdAndKeep(ctx, last, uint64(rev))
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return snap, rv, last, nil
+}
+
+// holdAndKeep is the wait both proofs end with: the resource had no change
+// in (last, rev], so once the store holds last it holds the state at rev,
+// and it keeps rev as its progress (the client's next request at rev — a
+// watch from the list's resourceVersion, a read not older than it — finds
+// the store there). It returns the store's latest snapshot and its
+// resourceVersion; a store that does not reach last in time is reported to
+// Behind (errStoreBehind).
+func (p *Prover) holdAndKeep(ctx context.Context, last, rev uint64) (*snapshot.Snapshot, uint64, error) {
 	proven := time.Now()
 	snap, rv, err := p.cfg.Store.WaitFor(ctx, last)
 	if err != nil {
 		if p.cfg.Behind != nil {
 			p.cfg.Behind(last, proven)
 		}
-		return nil, 0, 0, errStoreBehind
+		return nil, 0, errStoreBehind
 	}
-	// Keep what was proven: the resource had no change in (last, rev].
-	p.cfg.Store.AdvanceProgress(last, uint64(rev))
-	return snap, rv, last, nil
+	p.cfg.Store.AdvanceProgress(last, rev)
+	return snap, rv, nil
 }
 
 // verifiedTracker starts the store's tracker on first use and verifies its
