@@ -22,7 +22,7 @@ build:
 ## deps: build everything the tests need: both control planes into _output/kube-vVERSION/bin, Prometheus into _output/bin (no-op when current)
 deps: control-plane control-plane-compat prometheus
 
-## control-plane: the pinned etcd, kube-apiserver, kube-controller-manager and kubectl of KUBE_VERSION (no-op when current)
+## control-plane: the pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of KUBE_VERSION (no-op when current)
 control-plane:
 	$(STAGE) deps:control-plane-$(KUBE_VERSION) hack/build-deps.sh $(KUBE_VERSION)
 

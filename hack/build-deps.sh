@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager)
-# and the matching kubectl, which the e2e tests run as a real client, for each
+# Builds the pinned control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler) and the matching kubectl, which the e2e tests run as a real client, for each
 # version named (default: the default one in hack/kube-versions) from its module
 # hack/tools/kube-MAJOR.MINOR into _output/kube-vVERSION/bin. The Go build cache
 # makes a rebuild of unchanged sources take seconds; a stamp file per version
@@ -32,7 +32,7 @@ build() {
   stamp="${bin}/.deps-stamp"
   want="$(cat "${tools}/go.mod" "${tools}/go.sum" "${tools}/cmd/etcd/main.go" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
   if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]] &&
-     [[ -x "${bin}/etcd" && -x "${bin}/kube-apiserver" && -x "${bin}/kube-controller-manager" && -x "${bin}/kubectl" ]]; then
+     [[ -x "${bin}/etcd" && -x "${bin}/kube-apiserver" && -x "${bin}/kube-controller-manager" && -x "${bin}/kube-scheduler" && -x "${bin}/kubectl" ]]; then
     return 0
   fi
 
@@ -49,9 +49,10 @@ build() {
   (
     cd "${tools}"
     go build -o "${bin}/etcd" ./cmd/etcd
-    go build -ldflags "${ldflags}" -o "${bin}/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
-    go build -ldflags "${ldflags}" -o "${bin}/kube-controller-manager" k8s.io/kubernetes/cmd/kube-controller-manager
-    go build -ldflags "${ldflags}" -o "${bin}/kubectl" k8s.io/kubernetes/cmd/kubectl
+    # One build for the Kubernetes commands: their shared packages compile
+    # once and the four links run in parallel.
+    go build -ldflags "${ldflags}" -o "${bin}/" k8s.io/kubernetes/cmd/kube-apiserver \
+      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
   )
   echo "${want}" > "${stamp}"
 }

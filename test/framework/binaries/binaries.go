@@ -1,6 +1,6 @@
 // Package binaries says where the pinned binaries the tests, `make run` and
 // `make bench` execute are: the control plane (etcd, kube-apiserver,
-// kube-controller-manager, kubectl) of the selected Kubernetes version, built
+// kube-controller-manager, kube-scheduler, kubectl) of the selected Kubernetes version, built
 // per version by hack/build-deps.sh, and the version-independent tools
 // (listproxy, prometheus, promtool, helm, golangci-lint). It is the one place
 // that maps a version to a directory.
@@ -43,7 +43,7 @@ func CompatVersion() (string, error) {
 }
 
 // KubeDir returns the directory holding the selected release's etcd,
-// kube-apiserver, kube-controller-manager and kubectl:
+// kube-apiserver, kube-controller-manager, kube-scheduler and kubectl:
 // $LISTPROXY_KUBE_BIN_DIR if set, else <repo root>/_output/kube-vVERSION/bin.
 func KubeDir() (string, error) {
 	if dir := os.Getenv(EnvKubeBinDir); dir != "" {
