@@ -233,6 +233,59 @@ func memberValue(b []byte, name string) ([]byte, error) {
 	return found, err
 }
 
+// memberStart returns the offset in b of the value of the first member of
+// the JSON object that b starts with named name (unquoted), or -1 when the
+// object has no such member. It reads b only up to that value's start (or
+// the object's end): b may go on past the object, and the value and what
+// follows it are not scanned.
+func memberStart(b []byte, name string) (int, error) {
+	i := skipSpace(b, 0)
+	if i == len(b) || b[i] != '{' {
+		return 0, malformed("expected JSON object")
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return -1, nil
+	}
+	for {
+		if i == len(b) || b[i] != '"' {
+			return 0, malformed("expected object key")
+		}
+		ke, err := valueEnd(b, i)
+		if err != nil {
+			return 0, err
+		}
+		key := b[i:ke]
+		i = skipSpace(b, ke)
+		if i == len(b) || b[i] != ':' {
+			return 0, malformed("expected ':' after object key")
+		}
+		i = skipSpace(b, i+1)
+		if i == len(b) {
+			return 0, malformed("missing object value")
+		}
+		if keyIs(key, name) {
+			return i, nil
+		}
+		ve, err := valueEnd(b, i)
+		if err != nil {
+			return 0, err
+		}
+		i = skipSpace(b, ve)
+		if i == len(b) {
+			return 0, malformed("unterminated object")
+		}
+		switch b[i] {
+		case '}':
+			return -1, nil
+		case ',':
+			i = skipSpace(b, i+1)
+		default:
+			return 0, malformed("expected ',' or '}' in object")
+		}
+	}
+}
+
 // eachMember calls fn for each member of the JSON object b (b is exactly one
 // object, as returned by valueEnd). key is the raw key including quotes;
 // value is the raw value. fn returns false to stop early.

@@ -42,26 +42,42 @@ type ListEnvelope struct {
 // ErrMalformed; check the HTTP status first. For JSON, Unstructured is
 // inferred from key order: an UnstructuredList has "items" before
 // "metadata", a typed list the reverse.
+//
+// A sharded list (metadata.shardInfo, KEP-5866) is ErrUnsupported: it holds
+// a part of the collection, which no store may take for the whole.
 func DecodeList(f Format, body io.Reader, item func(raw []byte) error) (ListEnvelope, error) {
+	return decodeList(f, body, item, false)
+}
+
+// DecodeShardedList is DecodeList for a list that may be sharded: its
+// metadata.shardInfo.selector is ListMeta.ShardSelector.
+func DecodeShardedList(f Format, body io.Reader, item func(raw []byte) error) (ListEnvelope, error) {
+	return decodeList(f, body, item, true)
+}
+
+// decodeList is DecodeList; sharded accepts metadata.shardInfo.
+func decodeList(f Format, body io.Reader, item func(raw []byte) error, sharded bool) (ListEnvelope, error) {
 	switch f {
 	case JSON, MetaJSON, Table:
-		return decodeJSONList(f, body, item, nil)
+		return decodeJSONList(f, body, item, nil, sharded)
 	case Protobuf, MetaProtobuf:
 		b, err := io.ReadAll(body)
 		if err != nil {
 			return ListEnvelope{}, fmt.Errorf("read list: %w", err)
 		}
-		return decodeProtoList(b, item)
+		return decodeProtoList(b, item, sharded)
 	}
 	return ListEnvelope{}, unsupported("format %v", f)
 }
 
 // jsonListMeta is the JSON form of metav1.ListMeta as far as listproxy reads it.
 type jsonListMeta struct {
-	ResourceVersion    string          `json:"resourceVersion"`
-	Continue           string          `json:"continue"`
-	RemainingItemCount *int64          `json:"remainingItemCount"`
-	ShardInfo          json.RawMessage `json:"shardInfo"`
+	ResourceVersion    string `json:"resourceVersion"`
+	Continue           string `json:"continue"`
+	RemainingItemCount *int64 `json:"remainingItemCount"`
+	ShardInfo          *struct {
+		Selector string `json:"selector"`
+	} `json:"shardInfo"`
 }
 
 // DecodeTable reads a Table LIST response body (format Table) as
@@ -69,10 +85,10 @@ type jsonListMeta struct {
 // nil, is called with the columnDefinitions before the first row (the
 // apiserver writes them first) and may stop the decoding with an error.
 func DecodeTable(body io.Reader, columns func(raw []byte) error, row func(raw []byte) error) (ListEnvelope, error) {
-	return decodeJSONList(Table, body, row, columns)
+	return decodeJSONList(Table, body, row, columns, false)
 }
 
-func decodeJSONList(f Format, body io.Reader, item func([]byte) error, onColumns func([]byte) error) (ListEnvelope, error) {
+func decodeJSONList(f Format, body io.Reader, item func([]byte) error, onColumns func([]byte) error, sharded bool) (ListEnvelope, error) {
 	var env ListEnvelope
 	s := newJSONStream(body)
 	if err := s.expect('{'); err != nil {
@@ -129,10 +145,13 @@ func decodeJSONList(f Format, body io.Reader, item func([]byte) error, onColumns
 			if err := json.Unmarshal(v, &lm); err != nil {
 				return env, malformed("list metadata: %v", err)
 			}
-			if len(lm.ShardInfo) > 0 && !bytes.Equal(lm.ShardInfo, []byte("null")) {
+			if lm.ShardInfo != nil && !sharded {
 				return env, unsupported("sharded list (metadata.shardInfo)")
 			}
 			env.ListMeta = ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount}
+			if lm.ShardInfo != nil {
+				env.ListMeta.ShardSelector = lm.ShardInfo.Selector
+			}
 		case key == "kind", key == "apiVersion":
 			v, err := s.readValue()
 			if err != nil {
@@ -229,7 +248,7 @@ func decodeJSONItems(s *jsonStream, item func([]byte) error) (null bool, err err
 	}
 }
 
-func decodeProtoList(b []byte, item func([]byte) error) (ListEnvelope, error) {
+func decodeProtoList(b []byte, item func([]byte) error, sharded bool) (ListEnvelope, error) {
 	var env ListEnvelope
 	u, err := parseUnknown(b)
 	if err != nil {
@@ -244,7 +263,7 @@ func decodeProtoList(b []byte, item func([]byte) error) (ListEnvelope, error) {
 		switch num {
 		case 1:
 			sawMeta = true
-			lm, err := parseProtoListMeta(v)
+			lm, err := parseProtoListMeta(v, sharded)
 			if err != nil {
 				return err
 			}
@@ -263,7 +282,10 @@ func decodeProtoList(b []byte, item func([]byte) error) (ListEnvelope, error) {
 	return env, nil
 }
 
-func parseProtoListMeta(b []byte) (ListMeta, error) {
+// parseProtoListMeta reads ListMeta: resourceVersion = 2, continue = 3,
+// remainingItemCount = 4, shardInfo = 5 ({selector = 1}), which only a
+// sharded list may carry.
+func parseProtoListMeta(b []byte, sharded bool) (ListMeta, error) {
 	var lm ListMeta
 	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
 		switch {
@@ -275,8 +297,15 @@ func parseProtoListMeta(b []byte) (ListMeta, error) {
 			x, _ := protowire.ConsumeVarint(v)
 			n := int64(x)
 			lm.RemainingItemCount = &n
-		case num == 5:
+		case num == 5 && !sharded:
 			return unsupported("sharded list (metadata.shardInfo)")
+		case num == 5 && typ == protowire.BytesType:
+			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+				if num == 1 && typ == protowire.BytesType {
+					lm.ShardSelector = string(v)
+				}
+				return nil
+			})
 		}
 		return nil
 	})

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -50,6 +51,66 @@ func ExtractMetaUID(f Format, raw []byte) (Meta, string, error) {
 		return m.Meta, m.uid, err
 	}
 	return Meta{}, "", unsupported("format %v", f)
+}
+
+// ObjectUID reads an object's metadata.uid from its bytes in format f (a
+// full object or a PartialObjectMetadata, JSON or protobuf), reading no
+// further than the uid: in the apiserver's typed JSON and in protobuf it
+// follows name and namespace; in a custom resource's JSON (keys sorted) it
+// ends the metadata. "" when the object has none.
+func ObjectUID(f Format, raw []byte) (string, error) {
+	switch f {
+	case JSON, MetaJSON:
+		return jsonObjectUID(raw)
+	case Protobuf, MetaProtobuf:
+		return protoObjectUID(raw)
+	}
+	return "", unsupported("format %v", f)
+}
+
+func jsonObjectUID(raw []byte) (string, error) {
+	m, err := memberStart(raw, "metadata")
+	if err != nil || m < 0 || raw[m] == 'n' { // no metadata, or null
+		return "", err
+	}
+	meta := raw[m:]
+	u, err := memberStart(meta, "uid")
+	if err != nil || u < 0 {
+		return "", err
+	}
+	end, err := valueEnd(meta, u)
+	if err != nil {
+		return "", err
+	}
+	return decodeNullableString(meta[u:end])
+}
+
+// errFound ends a scan of protobuf fields early.
+var errFound = errors.New("found")
+
+// protoObjectUID reads uid (5) of ObjectMeta (1).
+func protoObjectUID(raw []byte) (string, error) {
+	var uid string
+	err := eachField(raw, func(num protowire.Number, typ protowire.Type, om []byte) error {
+		if num != 1 || typ != protowire.BytesType {
+			return nil
+		}
+		err := eachField(om, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			if num == 5 && typ == protowire.BytesType {
+				uid = string(v)
+				return errFound
+			}
+			return nil
+		})
+		if err == nil {
+			return errFound // metadata without a uid
+		}
+		return err
+	})
+	if errors.Is(err, errFound) {
+		err = nil
+	}
+	return uid, err
 }
 
 // metaParts selects what an object's metadata is read for beyond Meta.

@@ -78,7 +78,7 @@ func splitJSONList(f Format, env ListEnvelope, n int) (ListParts, error) {
 			head = appendJSONString(head, env.APIVersion)
 			head = append(head, ',')
 		}
-		meta, err := json.Marshal(metav1.ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount})
+		meta, err := json.Marshal(lm.metaV1())
 		if err != nil {
 			return ListParts{}, fmt.Errorf("encode list metadata: %w", err)
 		}
@@ -98,6 +98,9 @@ func splitJSONList(f Format, env ListEnvelope, n int) (ListParts, error) {
 		m := map[string]any{"continue": lm.Continue, "resourceVersion": lm.ResourceVersion}
 		if lm.RemainingItemCount != nil {
 			m["remainingItemCount"] = *lm.RemainingItemCount
+		}
+		if lm.ShardSelector != "" {
+			m["shardInfo"] = map[string]string{"selector": lm.ShardSelector}
 		}
 		meta, err := json.Marshal(m) // sorted keys, as the apiserver's map
 		if err != nil {
@@ -122,4 +125,14 @@ func splitProtoList(env ListEnvelope, items [][]byte) ListParts {
 	head = protowire.AppendTag(head, 1, protowire.BytesType)
 	head = protowire.AppendBytes(head, lm)
 	return ListParts{Head: head, Tail: bytes.Clone(unknownTrailer)}
+}
+
+// metaV1 is lm as the apiserver's metav1.ListMeta, which encoding/json
+// writes as the apiserver does.
+func (lm ListMeta) metaV1() metav1.ListMeta {
+	m := metav1.ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount}
+	if lm.ShardSelector != "" {
+		m.ShardInfo = &metav1.ShardInfo{Selector: lm.ShardSelector}
+	}
+	return m
 }

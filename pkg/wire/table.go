@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Table responses (format Table). The apiserver encodes a Table LIST with
@@ -38,7 +36,7 @@ func SplitTable(env TableEnvelope, n int) (ListParts, error) {
 	head := append([]byte(nil), `{"kind":"Table","apiVersion":`...)
 	head = appendJSONString(head, "meta.k8s.io/"+env.GroupVersion)
 	lm := env.ListMeta
-	meta, err := json.Marshal(metav1.ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount})
+	meta, err := json.Marshal(lm.metaV1())
 	if err != nil {
 		return ListParts{}, fmt.Errorf("encode list metadata: %w", err)
 	}

@@ -156,6 +156,10 @@ type ListMeta struct {
 	Continue string
 	// RemainingItemCount is nil when the apiserver did not send it.
 	RemainingItemCount *int64
+	// ShardSelector is metadata.shardInfo.selector: the shard selector a
+	// sharded list's items were selected by (KEP-5866), as the apiserver
+	// echoes it; "" for a list without shardInfo.
+	ShardSelector string
 }
 
 // Errors returned by this package; match them with errors.Is.

@@ -178,5 +178,12 @@ func appendProtoListMeta(dst []byte, lm ListMeta) []byte {
 		dst = protowire.AppendTag(dst, 4, protowire.VarintType)
 		dst = protowire.AppendVarint(dst, uint64(*lm.RemainingItemCount))
 	}
+	if lm.ShardSelector != "" {
+		// ShardInfo{selector = 1}.
+		info := protowire.AppendTag(nil, 1, protowire.BytesType)
+		info = protowire.AppendString(info, lm.ShardSelector)
+		dst = protowire.AppendTag(dst, 5, protowire.BytesType)
+		dst = protowire.AppendBytes(dst, info)
+	}
 	return dst
 }
