@@ -430,6 +430,12 @@ func (row *Row) AppendTail(dst, stored []byte, include IncludeObject, groupVersi
 	return append(dst, stored[row.objectEnd:]...)
 }
 
+// Object returns the row's object in stored, the row's stored bytes: a
+// PartialObjectMetadata in meta.k8s.io/v1 (JSON).
+func (row *Row) Object(stored []byte) []byte {
+	return stored[row.objectStart:row.objectEnd]
+}
+
 // MaxClockLens is how many clock cells ClockLens tells apart.
 const MaxClockLens = 7
 

@@ -416,6 +416,9 @@ func TestParseAppend(t *testing.T) {
 				if diff := cmp.Diff(tc.object, string(object)); diff != "" {
 					t.Errorf("object (-want +got):\n%s", diff)
 				}
+				if diff := cmp.Diff(partial("v1", tc.meta), string(row.Object(stored))); diff != "" {
+					t.Errorf("Object (-want +got):\n%s", diff)
+				}
 				for _, d := range instants {
 					now := received.Add(d)
 					for _, gv := range []string{"v1", "v1beta1"} {
