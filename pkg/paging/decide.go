@@ -23,6 +23,12 @@ type Request struct {
 	Limit int64
 	// Continue is the raw continue query value.
 	Continue string
+	// ShardSelectorErr is why the request's shardSelector (KEP-5866) did
+	// not parse; nil without one or when it parsed. Decide reports it where
+	// the apiserver with its ShardedListAndWatch gate does, after option
+	// validation and before the continue token, with or without a token
+	// of ours.
+	ShardSelectorErr error
 	// ContinueIsOurs is IsListproxyToken(Continue).
 	ContinueIsOurs bool
 	// ContinueErr is the error from opening our token (Keyring.Open, then
@@ -101,6 +107,7 @@ const (
 	reasonTooLargeRV      = "resource_version_too_large" // beyond etcd's int64 revisions
 	reasonInvalidContinue = "invalid_continue"
 	reasonRVWithContinue  = "resource_version_with_continue"
+	reasonInvalidShard    = "invalid_shard_selector" // 500, as the apiserver
 )
 
 // listOptionsKind is how the apiserver's LIST handler names ListOptions in
@@ -116,8 +123,11 @@ var listOptionsKind = schema.GroupKind{Group: metav1.GroupName, Kind: "ListOptio
 // Requests the apiserver would refuse pass through, so the apiserver gives
 // its own answer; with our continue token (which the apiserver cannot read)
 // they are rejected instead, with the apiserver's error, in the apiserver's
-// order of checks: ListOptions validation (422), then the continue token
-// (400), then resourceVersion with continue (400).
+// order of checks: ListOptions validation (422), then the shard selector
+// (500), then the continue token (400), then resourceVersion with continue
+// (400). A shard selector that does not parse is rejected with or without
+// a token of ours: an apiserver without the ShardedListAndWatch gate
+// ignores the parameter, and listproxy answers as one with it.
 func Decide(req Request) Decision {
 	ours := req.ContinueIsOurs && req.Continue != ""
 	if req.Continue != "" && !ours {
@@ -136,6 +146,11 @@ func Decide(req Request) Decision {
 			return Decision{Action: PassThrough, Reason: reasonInvalidOptions}
 		}
 		return Decision{Action: Reject, Reason: reasonInvalidOptions, Err: apierrors.NewInvalid(listOptionsKind, "", errs)}
+	}
+	if req.ShardSelectorErr != nil {
+		// The registry parses the shard selector before storage reads
+		// the continue token.
+		return Decision{Action: Reject, Reason: reasonInvalidShard, Err: InvalidShardSelectorError(req.ShardSelectorErr)}
 	}
 
 	if ours {

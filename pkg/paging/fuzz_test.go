@@ -31,7 +31,7 @@ func FuzzOpen(f *testing.F) {
 
 		tok := Token{
 			Group: group, Resource: resource, Namespace: namespace, StartKey: startKey,
-			RV: rv, SelectorDigest: SelectorDigest(group, startKey),
+			RV: rv, SelectorDigest: SelectorDigest(group, startKey, ""),
 			Returned: returned, Total: total, IssuedAt: time.Unix(0, issuedNano).UTC(),
 		}
 		sealed, err := k.Seal(tok)

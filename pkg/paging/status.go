@@ -3,6 +3,7 @@ package paging
 import (
 	"errors"
 	"fmt"
+	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,22 @@ func InvalidContinueError(err error) *apierrors.StatusError {
 		err = fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	return apierrors.NewBadRequest(fmt.Sprintf("invalid continue token: %v", err))
+}
+
+// InvalidShardSelectorError is the apiserver's answer to a shardSelector
+// (KEP-5866) it cannot parse, with its ShardedListAndWatch gate on: its
+// registry fails the LIST or WATCH with a plain error, "invalid shard
+// selector: " and the parser's (k8s.io/apiserver/pkg/registry/generic/
+// registry/store.go ListPredicate and Watch), which its handler answers as
+// a 500 without a reason (responsewriters.ErrorToAPIStatus). err is the
+// parser's error (k8s.io/apiserver/pkg/sharding.Parse).
+func InvalidShardSelectorError(err error) *apierrors.StatusError {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusInternalServerError,
+		Reason:  metav1.StatusReasonUnknown,
+		Message: fmt.Sprintf("invalid shard selector: %v", err),
+	}}
 }
 
 // ExpiredContinueError is the apiserver's 410 Expired for a continue token

@@ -40,7 +40,7 @@ func sampleToken() Token {
 		Namespace:      "",
 		RV:             123456,
 		StartKey:       "kube-system/coredns-5d78c9869d-abcde",
-		SelectorDigest: SelectorDigest("app=web", "spec.nodeName=node-1"),
+		SelectorDigest: SelectorDigest("app=web", "spec.nodeName=node-1", ""),
 		Returned:       500,
 		Total:          30000,
 		IssuedAt:       time.Date(2026, 3, 1, 12, 0, 0, 123456789, time.UTC),

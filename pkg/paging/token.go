@@ -59,8 +59,8 @@ type Token struct {
 	// StartKey is the key ("namespace/name" or "name") of the last item
 	// returned; the next page starts strictly after it.
 	StartKey string
-	// SelectorDigest is SelectorDigest(labelSelector, fieldSelector) of the
-	// list's request.
+	// SelectorDigest is SelectorDigest(labelSelector, fieldSelector,
+	// shardSelector) of the list's request.
 	SelectorDigest [32]byte
 	// Returned counts items returned over all earlier pages.
 	Returned int64
@@ -73,16 +73,23 @@ type Token struct {
 }
 
 // SelectorDigest returns the SHA-256 digest binding a token to its request's
-// selectors. Callers pass the canonical String() forms of the parsed label
-// and field selectors, so that equivalent spellings digest equally.
-func SelectorDigest(labelSelector, fieldSelector string) [32]byte {
+// selectors. Callers pass the canonical String() forms of the parsed label,
+// field and shard selectors, so that equivalent spellings digest equally.
+// Without a shard selector ("") the digest is that of the label and field
+// selectors alone, as tokens sealed before shard selectors were served
+// carry it.
+func SelectorDigest(labelSelector, fieldSelector, shardSelector string) [32]byte {
 	h := sha256.New()
 	// Length-prefix each part so ("a", "bc") and ("ab", "c") differ.
 	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(labelSelector)))])
-	h.Write([]byte(labelSelector))
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(fieldSelector)))])
-	h.Write([]byte(fieldSelector))
+	parts := []string{labelSelector, fieldSelector}
+	if shardSelector != "" {
+		parts = append(parts, shardSelector)
+	}
+	for _, part := range parts {
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(part)))])
+		h.Write([]byte(part))
+	}
 	var d [32]byte
 	h.Sum(d[:0])
 	return d

@@ -1,6 +1,8 @@
 package paging
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -37,26 +39,51 @@ func TestIsListproxyToken(t *testing.T) {
 }
 
 func TestSelectorDigest(t *testing.T) {
-	base := SelectorDigest("app=web", "")
+	const shard = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+	base := SelectorDigest("app=web", "", "")
+	sharded := SelectorDigest("app=web", "", shard)
 	tests := []struct {
-		name       string
-		label      string
-		field      string
-		wantSameAs bool
+		name                string
+		label, field, shard string
+		want                [32]byte
+		wantSame            bool
 	}{
-		{name: "same_input", label: "app=web", field: "", wantSameAs: true},
-		{name: "label_in_field", label: "", field: "app=web", wantSameAs: false},
-		{name: "shifted_boundary", label: "app=we", field: "b", wantSameAs: false},
-		{name: "other_label", label: "app=db", field: "", wantSameAs: false},
-		{name: "empty", label: "", field: "", wantSameAs: false},
+		{name: "same_input", label: "app=web", want: base, wantSame: true},
+		{name: "label_in_field", field: "app=web", want: base},
+		{name: "shifted_boundary", label: "app=we", field: "b", want: base},
+		{name: "other_label", label: "app=db", want: base},
+		{name: "empty", want: base},
+		{name: "shard_added", label: "app=web", shard: shard, want: base},
+		{name: "same_shard", label: "app=web", shard: shard, want: sharded, wantSame: true},
+		{name: "other_shard", label: "app=web", shard: "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')", want: sharded},
+		{name: "shard_in_field", field: shard, want: SelectorDigest("", "", shard)},
+		{name: "shard_in_label", label: shard, want: SelectorDigest("", "", shard)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := SelectorDigest(tc.label, tc.field) == base
-			if got != tc.wantSameAs {
-				t.Errorf("SelectorDigest(%q, %q) == SelectorDigest(\"app=web\", \"\"): %v, want %v", tc.label, tc.field, got, tc.wantSameAs)
+			if got := SelectorDigest(tc.label, tc.field, tc.shard) == tc.want; got != tc.wantSame {
+				t.Errorf("SelectorDigest(%q, %q, %q) equal: %v, want %v", tc.label, tc.field, tc.shard, got, tc.wantSame)
 			}
 		})
+	}
+}
+
+// Without a shard selector the digest is the one tokens sealed before shard
+// selectors were served carry: each selector length-prefixed, label then
+// field, so that their tokens keep opening.
+func TestSelectorDigestWithoutShardUnchanged(t *testing.T) {
+	old := func(label, field string) [32]byte {
+		var b []byte
+		b = binary.AppendUvarint(b, uint64(len(label)))
+		b = append(b, label...)
+		b = binary.AppendUvarint(b, uint64(len(field)))
+		b = append(b, field...)
+		return sha256.Sum256(b)
+	}
+	for _, sel := range [][2]string{{"", ""}, {"app=web", ""}, {"app=web", "spec.nodeName=node-1"}, {strings.Repeat("a", 200), "metadata.name=x"}} {
+		if got, want := SelectorDigest(sel[0], sel[1], ""), old(sel[0], sel[1]); got != want {
+			t.Errorf("SelectorDigest(%q, %q, \"\") = %x, want %x", sel[0], sel[1], got, want)
+		}
 	}
 }
 
@@ -74,7 +101,8 @@ func TestTokenMatches(t *testing.T) {
 		{name: "other_resource", resource: "secrets", digest: tok.SelectorDigest, wantErr: ErrTokenMismatch},
 		{name: "other_group", group: "apps", resource: "pods", digest: tok.SelectorDigest, wantErr: ErrTokenMismatch},
 		{name: "other_namespace", resource: "pods", namespace: "kube-system", digest: tok.SelectorDigest, wantErr: ErrTokenMismatch},
-		{name: "other_selector", resource: "pods", digest: SelectorDigest("app=web", ""), wantErr: ErrTokenMismatch},
+		{name: "other_selector", resource: "pods", digest: SelectorDigest("app=web", "", ""), wantErr: ErrTokenMismatch},
+		{name: "other_shard_selector", resource: "pods", digest: SelectorDigest("app=web", "spec.nodeName=node-1", "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"), wantErr: ErrTokenMismatch},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
