@@ -1,5 +1,6 @@
-// Package imports holds the test that keeps listproxy's import graph
-// pointing down (docs/design.md "Layout"). It imports nothing of ours.
+// Package imports holds the tests that keep listproxy's import graph
+// pointing down (TestImportGraph) and docs/design.md's layout table true to
+// it (TestLayoutTable; docs/design.md "Layout"). It imports nothing of ours.
 package imports
 
 import (
