@@ -307,7 +307,7 @@ func selectorDigest(labelSelector, fieldSelector string) [32]byte {
 	if sel, err := fields.ParseSelector(fieldSelector); err == nil {
 		fieldSelector = sel.String()
 	}
-	return paging.SelectorDigest(labelSelector, fieldSelector)
+	return paging.SelectorDigest(labelSelector, fieldSelector, "")
 }
 
 // page selects the items of one page, mirroring how the apiserver's watch
