@@ -1238,3 +1238,36 @@ func TestConsistentThroughAPIServerSmallRead(t *testing.T) {
 		}
 	})
 }
+
+// With etcd, a resource whose etcd prefix cannot be verified — an empty
+// one's, since no key shows where the apiserver keeps it — has its
+// consistent reads proven through the apiserver instead of passing
+// through; without a proof through the apiserver they pass through as
+// before.
+func TestConsistentWithEtcdUnverifiedPrefixProvenThroughAPIServer(t *testing.T) {
+	checker := newEtcdChecker(t, startEtcd(t))
+	h := newProofHarness(t, harnessConfig{})
+	emptyStore := func() *snapshot.Store {
+		s := snapshot.NewStore(snapshot.StoreConfig{})
+		relist(s, listedAt)
+		return s
+	}
+	t.Run("empty_resource_proven_through_the_apiserver", func(t *testing.T) {
+		p := NewProver(h.ctx, ProverConfig{
+			Checker: checker, APIServer: h.apiProof, Path: "/api/v1/configmaps", Namespaced: true,
+			Store: emptyStore(), Resource: "configmaps", Prefix: "/registry/configmaps/", Timeout: 20 * time.Second,
+		})
+		res := readWith(p)
+		h.answerProbe(t, probeList(12))
+		w := h.watchOpened(t, listedAt)
+		w.steps <- watchStep{events: []string{bookmark(12)}}
+		checkServed(t, recv(t, res, "read"), 12, listedAt)
+	})
+	t.Run("without_a_proof_through_the_apiserver_passes_through", func(t *testing.T) {
+		p := NewProver(h.ctx, ProverConfig{
+			Checker: checker, Path: "/api/v1/secrets", Namespaced: true,
+			Store: emptyStore(), Resource: "secrets", Prefix: "/registry/secrets/", Timeout: 20 * time.Second,
+		})
+		checkPassedThrough(t, recv(t, readWith(p), "read"), PrefixUnverified)
+	})
+}

@@ -59,10 +59,11 @@ type ProverConfig struct {
 	// through the apiserver (managed clusters without etcd access); with
 	// neither, nothing can be proven.
 	Checker *Checker
-	// APIServer, used only without a Checker, proves consistent reads
-	// through the apiserver; Path is the store's cluster-wide collection
-	// path (e.g. /api/v1/pods) and Namespaced says whether the resource
-	// is namespaced.
+	// APIServer proves consistent reads through the apiserver: without a
+	// Checker every one, with a Checker those of a resource whose etcd
+	// prefix is not verified (an empty resource's cannot be); Path is the
+	// store's cluster-wide collection path (e.g. /api/v1/pods) and
+	// Namespaced says whether the resource is namespaced.
 	APIServer  *APIServer
 	Path       string
 	Namespaced bool
@@ -96,11 +97,14 @@ type Prover struct {
 	// ProverConfig.APIServer.
 	remote *apiserverProof
 
-	mu      sync.Mutex // guards tracker, wrong, empty and tried
-	tracker *Tracker   // nil until the prefix was verified
-	wrong   bool       // the prefix disagreed with the snapshot
-	empty   bool       // the last attempt found the store empty
-	tried   time.Time  // last attempt to verify the prefix
+	mu sync.Mutex // guards fallback, tracker, wrong, empty and tried
+	// fallback proves through the apiserver, with a Checker, the reads of
+	// a resource whose prefix is not verified; made on first use.
+	fallback *apiserverProof
+	tracker  *Tracker  // nil until the prefix was verified
+	wrong    bool      // the prefix disagreed with the snapshot
+	empty    bool      // the last attempt found the store empty
+	tried    time.Time // last attempt to verify the prefix
 }
 
 // NewProver returns the prover of cfg.Store. Its etcd tracker, started on
@@ -142,11 +146,14 @@ func (p *Prover) ConsistentIfCheap(ctx context.Context, small bool) (*snapshot.S
 
 func (p *Prover) consistent(ctx context.Context, small bool) (*snapshot.Snapshot, uint64, Outcome) {
 	if p.remote != nil {
-		return p.consistentThroughAPIServer(ctx, small)
+		return p.consistentThroughAPIServer(ctx, p.remote, small)
 	}
 	t, wrong := p.verifiedTracker(ctx)
 	switch {
 	case wrong:
+		if f := p.fallbackProof(); f != nil {
+			return p.consistentThroughAPIServer(ctx, f, small)
+		}
 		return nil, 0, PrefixUnverified
 	case t == nil:
 		// etcd could not be read to verify the prefix (yet): a failed probe.
@@ -166,18 +173,34 @@ func (p *Prover) consistent(ctx context.Context, small bool) (*snapshot.Snapshot
 	return snap, max(rv, uint64(etcdRev)), Served
 }
 
-// consistentThroughAPIServer is Consistent without etcd: probe the
-// resource's current revision R through the apiserver, learn the last
-// change L ≤ R from the store's own feed or an auxiliary watch, wait for
-// the store to hold L, and serve at max(snapshot RV, R). A small read
-// (ConsistentIfCheap) takes the fast path only.
-func (p *Prover) consistentThroughAPIServer(ctx context.Context, small bool) (*snapshot.Snapshot, uint64, Outcome) {
-	rev, _, err := p.remote.shared.probes.current(ctx)
+// fallbackProof returns the proof through the apiserver for a resource
+// whose etcd prefix is not verified, nil when there is none (no
+// ProverConfig.APIServer, or an aggregated resource, which neither etcd
+// nor the apiserver's watches describe).
+func (p *Prover) fallbackProof() *apiserverProof {
+	if p.cfg.APIServer == nil || p.cfg.Aggregated {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fallback == nil {
+		p.fallback = newAPIServerProof(p.ctx, p.cfg.APIServer, p.cfg.Store, p.cfg.Resource, p.cfg.Path, p.cfg.Namespaced)
+	}
+	return p.fallback
+}
+
+// consistentThroughAPIServer is Consistent through the apiserver, with
+// proof: probe the resource's current revision R through the apiserver,
+// learn the last change L ≤ R from the store's own feed or an auxiliary
+// watch, wait for the store to hold L, and serve at max(snapshot RV, R).
+// A small read (ConsistentIfCheap) takes the fast path only.
+func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserverProof, small bool) (*snapshot.Snapshot, uint64, Outcome) {
+	rev, _, err := proof.shared.probes.current(ctx)
 	if err != nil {
 		return nil, 0, ProbeFailed
 	}
 	r := uint64(rev)
-	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, r, !small)
+	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, proof, r, !small)
 	switch {
 	case errors.Is(err, errFastPathOnly):
 		return nil, 0, DirectCheaper
@@ -199,8 +222,8 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context, small bool) (*s
 // L in time is reported to Behind. An rev no watch reaches in time (beyond
 // the apiserver's revision) is not proven. Without orAux only the fast path
 // may prove it: errFastPathOnly when it does not.
-func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, rev uint64, orAux bool) (*snapshot.Snapshot, uint64, uint64, error) {
-	last, err := p.remote.prove(ctx, rev, orAux)
+func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, proof *apiserverProof, rev uint64, orAux bool) (*snapshot.Snapshot, uint64, uint64, error) {
+	last, err := proof.prove(ctx, rev, orAux)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -231,7 +254,7 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		_, _, last, err := p.proveThroughAPIServerAndWait(ctx, rv, true)
+		_, _, last, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, true)
 		if err != nil {
 			return nil, snapshot.ErrNotRetained
 		}
@@ -267,7 +290,7 @@ func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, rv, true)
+		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, true)
 		return err == nil
 	}
 	if p.cfg.Checker == nil {
@@ -339,7 +362,7 @@ func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Durat
 		return nil, 0, nil
 	}
 	if p.remote != nil {
-		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, minRV, true)
+		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, minRV, true)
 		if err != nil {
 			return nil, 0, nil
 		}

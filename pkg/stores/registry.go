@@ -83,10 +83,11 @@ type Config struct {
 	// Freshness proves consistent reads with etcd; nil without etcd
 	// access (managed clusters).
 	Freshness *freshness.Checker
-	// ProveThroughAPIServer, without Freshness, proves consistent reads
-	// through the apiserver (freshness.APIServer), with the proof metrics
-	// registered with ProofRegisterer. With neither, consistent reads pass
-	// through.
+	// ProveThroughAPIServer proves consistent reads through the apiserver
+	// (freshness.APIServer), with the proof metrics registered with
+	// ProofRegisterer: without Freshness every one, with it those of
+	// resources whose etcd prefix is not verified (empty ones). With
+	// neither, consistent reads pass through.
 	ProveThroughAPIServer bool
 	ProofRegisterer       prometheus.Registerer
 	// EtcdPrefix returns a resource's etcd key prefix (with a trailing "/").
@@ -154,8 +155,8 @@ type Registry struct {
 	cfg    Config
 	clock  clock.WithTicker
 	client *http.Client
-	// apiserverProof proves consistent reads without etcd; nil with
-	// Config.Freshness or without Config.ProveThroughAPIServer.
+	// apiserverProof proves consistent reads through the apiserver (see
+	// Config.ProveThroughAPIServer); nil without it.
 	apiserverProof *freshness.APIServer
 	catalog        *catalog
 	// peerClient and peerHost reach Config.Peer; nil without one.
@@ -251,7 +252,7 @@ func New(cfg Config) (*Registry, error) {
 		}
 		reg.peerHost = strings.TrimSuffix(cfg.Peer.Host, "/")
 	}
-	if cfg.Freshness == nil && cfg.ProveThroughAPIServer {
+	if cfg.ProveThroughAPIServer {
 		reg.apiserverProof, err = freshness.NewAPIServer(freshness.APIServerConfig{
 			Client: client, Host: strings.TrimSuffix(cfg.Upstream.Host, "/"), Registerer: cfg.ProofRegisterer,
 		})

@@ -494,6 +494,10 @@ func (o *CacheOptions) storesConfig(ctx context.Context, cfg *Config, reg promet
 	}
 	go checker.Run(ctx)
 	scfg.Freshness = checker
+	// A resource whose etcd prefix is not verified (an empty one's cannot
+	// be) has its consistent reads proven through the apiserver instead.
+	scfg.ProveThroughAPIServer = true
+	scfg.ProofRegisterer = reg
 	klog.InfoS("Consistent reads are served from snapshots, with freshness proven by etcd", "etcdServers", o.EtcdServers)
 	return scfg, nil
 }
