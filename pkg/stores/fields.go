@@ -62,6 +62,19 @@ var builtinFields = map[schema.GroupResource]struct {
 	{Resource: "replicationcontrollers"}: {namespaceLabel: true, fields: []fieldSpec{
 		{label: "status.replicas", paths: []string{"status.replicas"}, kind: fieldInt},
 	}},
+	{Group: "certificates.k8s.io", Resource: "certificatesigningrequests"}: {fields: []fieldSpec{
+		{label: "spec.signerName", paths: []string{"spec.signerName"}},
+	}},
+	{Group: "certificates.k8s.io", Resource: "clustertrustbundles"}: {fields: []fieldSpec{
+		{label: "spec.signerName", paths: []string{"spec.signerName"}},
+	}},
+	// The PodCertificateRequest field-label conversion does not accept
+	// metadata.namespace.
+	{Group: "certificates.k8s.io", Resource: "podcertificaterequests"}: {fields: []fieldSpec{
+		{label: "spec.signerName", paths: []string{"spec.signerName"}},
+		{label: "spec.podName", paths: []string{"spec.podName"}},
+		{label: "spec.nodeName", paths: []string{"spec.nodeName"}},
+	}},
 	{Resource: "events"}: {namespaceLabel: true, fields: []fieldSpec{
 		{label: "involvedObject.kind", paths: []string{"involvedObject.kind"}},
 		{label: "involvedObject.namespace", paths: []string{"involvedObject.namespace"}},
