@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/sharding"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
@@ -44,7 +45,18 @@ type Request struct {
 	Format   wire.Format
 	Labels   labels.Selector
 	Fields   fields.Selector
-	// Selective: a non-empty label or field selector.
+	// Shard is the shard selector (shardSelector, KEP-5866); nil without
+	// one, or when it did not parse (ShardErr).
+	Shard sharding.Selector
+	// ShardErr is why the shard selector did not parse: the request is
+	// answered with the apiserver's error for it
+	// (paging.InvalidShardSelectorError), in the apiserver's order of
+	// checks.
+	ShardErr error
+	// shardByUID: Shard hashes metadata.uid, not metadata.namespace.
+	shardByUID bool
+	// Selective: a non-empty label, field or shard selector: the request
+	// selects among the objects of its scope.
 	Selective bool
 	// Gzip: the client accepts a gzip-encoded response.
 	Gzip bool
@@ -69,16 +81,18 @@ func (r Request) ResourceName() string {
 	return r.Resource.GVR.GroupResource().String()
 }
 
-// Match reports whether the request's selectors select e.
+// Match reports whether the request's selectors select e: its label and
+// field selectors, and its shard selector.
 func (r Request) Match(e *snapshot.Entry) bool {
-	return r.Labels.Matches(e.Labels()) && r.Fields.Matches(e.Fields())
+	return r.Labels.Matches(e.Labels()) && r.Fields.Matches(e.Fields()) && r.inShard(e)
 }
 
-// Parse decides whether r, with the given selectors (from its query), is a
-// request of verb that a store could serve, and parses it. It has no side
-// effects. When not, reason says why, and Resource is set when the path
-// named a cached resource.
-func Parse(r *http.Request, reg *stores.Registry, verb Verb, labelSelector, fieldSelector string) (req Request, reason string, ok bool) {
+// Parse decides whether r, with the given selectors (from its query; a
+// shardSelector of "" is none), is a request of verb that a store could
+// serve, and parses it. It has no side effects. When not, reason says why,
+// and Resource is set when the path named a cached resource. A shard
+// selector that does not parse is not a reason: it is Request.ShardErr.
+func Parse(r *http.Request, reg *stores.Registry, verb Verb, labelSelector, fieldSelector, shardSelector string) (req Request, reason string, ok bool) {
 	if r.Method != http.MethodGet {
 		return Request{}, ReasonMethod, false
 	}
@@ -113,7 +127,11 @@ func Parse(r *http.Request, reg *stores.Registry, verb Verb, labelSelector, fiel
 	if err != nil || !res.Fields.Accepts(req.Fields, !stores.FieldsFromObject(res, req.Format)) {
 		return req, ReasonSelector, false
 	}
-	req.Selective = !req.Labels.Empty() || !req.Fields.Empty()
+	if shardSelector != "" && res.Aggregated {
+		return req, ReasonShardSelector, false
+	}
+	req.parseShard(shardSelector)
+	req.Selective = !req.Labels.Empty() || !req.Fields.Empty() || req.Shard != nil
 	req.Gzip = AcceptsGzip(r)
 	return req, "", true
 }

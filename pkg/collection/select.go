@@ -62,7 +62,7 @@ func (r Request) Select(first bool) Selection {
 	// indexes a pods store whose objects carry their fields.
 	if node, ok := r.Fields.RequiresExactMatch("spec.nodeName"); ok && r.Resource.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && stores.FieldsFromObject(r.Resource, r.Format) {
 		sel.IndexValue = &node
-		if r.Labels.Empty() && len(r.Fields.Requirements()) == 1 {
+		if r.Labels.Empty() && len(r.Fields.Requirements()) == 1 && r.Shard == nil {
 			sel.Match = nil // the index already selects exactly these
 		}
 	}

@@ -47,7 +47,10 @@ func (l *Lists) notReady(req listRequest, h *stores.Handle, refused Reason) verd
 	if refused != "" {
 		return pass(refused)
 	}
-	if h == nil || h.ListFailing() || h.Dropped() || req.query.limit > 0 && !req.Selective {
+	// The watch cache delegates a limited list without label and field
+	// selectors to etcd, a shard selector or not
+	// (shouldDelegateListOnNotReadyCache).
+	if h == nil || h.ListFailing() || h.Dropped() || req.query.limit > 0 && req.Labels.Empty() && req.Fields.Empty() {
 		return pass(ReasonNotSynced)
 	}
 	return reject(ReasonStoreNotReady, h.NotReadyError())

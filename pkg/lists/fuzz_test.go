@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	shardparser "k8s.io/apiserver/pkg/sharding"
 )
 
 // Fuzz targets for the request parsers of the HTTP edge.
@@ -24,6 +25,7 @@ func encodeListQuery(q listQuery) string {
 		"continue":             q.continueToken,
 		"labelSelector":        q.labelSelector,
 		"fieldSelector":        q.fieldSelector,
+		"shardSelector":        q.shardSelector,
 	} {
 		if s != "" {
 			v.Set(name, s)
@@ -76,6 +78,7 @@ func FuzzParseListQuery(f *testing.F) {
 			continueToken:        values.Get("continue"),
 			labelSelector:        values.Get("labelSelector"),
 			fieldSelector:        values.Get("fieldSelector"),
+			shardSelector:        values.Get("shardSelector"),
 		}
 		if s := values.Get("limit"); s != "" {
 			n, err := strconv.ParseInt(s, 10, 64)
@@ -101,38 +104,50 @@ func FuzzParseListQuery(f *testing.F) {
 // token to a selector's canonical form: a parsed selector's String() has
 // the digest of the selector as written.
 func FuzzSelectorDigest(f *testing.F) {
-	for _, s := range [][2]string{
-		{"", ""},
-		{"app=a,tier=x", "spec.nodeName=n1"},
-		{"tier=x, app = a", "metadata.namespace=ns,spec.nodeName!=n2"},
-		{"app in (b,a),!gone,env notin (prod)", ""},
-		{"a==b", "spec.nodeName==x"},
-		{"app in (", "spec.nodeName==x==y"},
-		{"a==b==c", `metadata.name=a\,b`},
-		{"x>1,y<2", "spec.foo=1"},
+	for _, s := range [][3]string{
+		{"", "", ""},
+		{"app=a,tier=x", "spec.nodeName=n1", ""},
+		{"tier=x, app = a", "metadata.namespace=ns,spec.nodeName!=n2", ""},
+		{"app in (b,a),!gone,env notin (prod)", "", ""},
+		{"a==b", "spec.nodeName==x", ""},
+		{"app in (", "spec.nodeName==x==y", ""},
+		{"a==b==c", `metadata.name=a\,b`, ""},
+		{"x>1,y<2", "spec.foo=1", ""},
+		{"", "", "shardRange(object.metadata.uid,'0x0000000000000000','0x8000000000000000')"},
+		{"app=a", "", "(shardRange(object.metadata.namespace, '0x0000000000000000', '0x4000000000000000') || shardRange(object.metadata.namespace, '0x8000000000000000', '0x10000000000000000'))"},
+		{"", "", "shardRange(object.metadata.uid, '0x0', '0x8')"},
+		{"", "", "  "},
 	} {
-		f.Add(s[0], s[1])
+		f.Add(s[0], s[1], s[2])
 	}
-	f.Fuzz(func(t *testing.T, label, field string) {
-		got := selectorDigest(label, field)
-		if got != selectorDigest(label, field) {
-			t.Fatalf("selectorDigest(%q, %q) is not deterministic", label, field)
+	f.Fuzz(func(t *testing.T, label, field, shard string) {
+		got := selectorDigest(label, field, shard)
+		if got != selectorDigest(label, field, shard) {
+			t.Fatalf("selectorDigest(%q, %q, %q) is not deterministic", label, field, shard)
 		}
-		canonLabel, canonField := label, field
+		canonLabel, canonField, canonShard := label, field, shard
 		if s, err := labels.Parse(label); err == nil {
 			canonLabel = s.String()
-			if a, b := selectorDigest(canonLabel, ""), selectorDigest(label, ""); a != b {
+			if a, b := selectorDigest(canonLabel, "", ""), selectorDigest(label, "", ""); a != b {
 				t.Errorf("label selector %q: digest of its canonical form %q differs", label, canonLabel)
 			}
 		}
 		if s, err := fields.ParseSelector(field); err == nil {
 			canonField = s.String()
-			if a, b := selectorDigest("", canonField), selectorDigest("", field); a != b {
+			if a, b := selectorDigest("", canonField, ""), selectorDigest("", field, ""); a != b {
 				t.Errorf("field selector %q: digest of its canonical form %q differs", field, canonField)
 			}
 		}
-		if selectorDigest(canonLabel, canonField) != got {
-			t.Errorf("selectors %q, %q: digest of canonical forms %q, %q differs", label, field, canonLabel, canonField)
+		if shard != "" {
+			if s, err := shardparser.Parse(shard); err == nil {
+				canonShard = s.String()
+				if a, b := selectorDigest("", "", canonShard), selectorDigest("", "", shard); a != b {
+					t.Errorf("shard selector %q: digest of its canonical form %q differs", shard, canonShard)
+				}
+			}
+		}
+		if selectorDigest(canonLabel, canonField, canonShard) != got {
+			t.Errorf("selectors %q, %q, %q: digest of canonical forms %q, %q, %q differs", label, field, shard, canonLabel, canonField, canonShard)
 		}
 	})
 }

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	shardparser "k8s.io/apiserver/pkg/sharding"
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/pkg/collection"
@@ -68,6 +69,11 @@ type Config struct {
 	// Inflight bounds the responses being written at once and sets their
 	// write deadline; the zero value bounds nothing.
 	Inflight InflightConfig
+	// ServeShardSelectors serves LISTs with a shardSelector (KEP-5866)
+	// from snapshots, as the 1.37 apiserver with its ShardedListAndWatch
+	// gate answers them; when false they pass through
+	// (ReasonShardSelector).
+	ServeShardSelectors bool
 }
 
 // DefaultConsistentPassThroughMaxObjects is Config's
@@ -86,6 +92,7 @@ func DefaultConfig() Config {
 		NotOlderThanWait:                3 * time.Second,
 		ScanBudget:                      100000,
 		ConsistentPassThroughMaxObjects: DefaultConsistentPassThroughMaxObjects,
+		ServeShardSelectors:             true,
 		// In-flight LIST bounds (not measured): the apiserver's
 		// --max-requests-inflight for reads; 2 GiB of responses, so that
 		// three full lists of 150k pods (~600 MB of JSON each) are written
@@ -128,7 +135,10 @@ type listRequest struct {
 // parse decides whether r is a cacheable LIST and parses it.
 func (l *Lists) parse(r *http.Request) (listRequest, Reason, bool) {
 	values := r.URL.Query()
-	col, reason, ok := collection.Parse(r, l.stores, collection.List, values.Get("labelSelector"), values.Get("fieldSelector"))
+	if values.Get("shardSelector") != "" && !l.cfg.ServeShardSelectors {
+		return listRequest{}, ReasonShardSelector, false
+	}
+	col, reason, ok := collection.Parse(r, l.stores, collection.List, values.Get("labelSelector"), values.Get("fieldSelector"), values.Get("shardSelector"))
 	if !ok {
 		return listRequest{}, Reason(reason), false
 	}
@@ -218,7 +228,7 @@ func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest,
 		}
 		tableHead, tableRows = head, rows
 	}
-	meta := wire.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10)}
+	meta := wire.ListMeta{ResourceVersion: strconv.FormatUint(rv, 10), ShardSelector: req.ShardInfo()}
 	if page.More {
 		returned := token.Returned + int64(len(page.Items))
 		next := paging.Token{
@@ -267,7 +277,7 @@ func (l *Lists) TranslateContinue(r *http.Request) {
 		r.URL.RawQuery = q.Encode()
 		return
 	}
-	l.handOff(r, col, token, selectorDigest(q.Get("labelSelector"), q.Get("fieldSelector")))
+	l.handOff(r, col, token, selectorDigest(q.Get("labelSelector"), q.Get("fieldSelector"), q.Get("shardSelector")))
 }
 
 // handOff makes sure the apiserver never sees a listproxy continue token
@@ -300,14 +310,19 @@ const undecodableContinue = paging.UndecodableContinue
 // selectorDigest binds a token to its selectors in canonical form, so that
 // an equivalent spelling continues the same list. Unparsable selectors are
 // taken as written (the apiserver rejects them anyway).
-func selectorDigest(labelSelector, fieldSelector string) [32]byte {
+func selectorDigest(labelSelector, fieldSelector, shardSelector string) [32]byte {
 	if sel, err := labels.Parse(labelSelector); err == nil {
 		labelSelector = sel.String()
 	}
 	if sel, err := fields.ParseSelector(fieldSelector); err == nil {
 		fieldSelector = sel.String()
 	}
-	return paging.SelectorDigest(labelSelector, fieldSelector, "")
+	if shardSelector != "" {
+		if sel, err := shardparser.Parse(shardSelector); err == nil {
+			shardSelector = sel.String()
+		}
+	}
+	return paging.SelectorDigest(labelSelector, fieldSelector, shardSelector)
 }
 
 // page selects the items of one page, mirroring how the apiserver's watch

@@ -13,6 +13,7 @@ type listQuery struct {
 	continueToken        string
 	labelSelector        string
 	fieldSelector        string
+	shardSelector        string
 }
 
 // parseListQuery accepts only the query parameters listproxy fully
@@ -47,6 +48,8 @@ func parseListQuery(rawQuery string, isTable bool) (q listQuery, ok bool) {
 			q.labelSelector = v
 		case "fieldSelector":
 			q.fieldSelector = v
+		case "shardSelector":
+			q.shardSelector = v
 		case "timeoutSeconds":
 			// Bounds the apiserver's work; listproxy answers well within it.
 			if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 0 {

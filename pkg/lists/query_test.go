@@ -16,6 +16,8 @@ func TestParseListQuery(t *testing.T) {
 		{query: "limit=500&resourceVersion=0", want: listQuery{limit: 500, resourceVersion: "0"}, wantOK: true},
 		{query: "labelSelector=app%3Da&fieldSelector=spec.nodeName%3Dn1&continue=x&resourceVersionMatch=Exact", want: listQuery{labelSelector: "app=a", fieldSelector: "spec.nodeName=n1", continueToken: "x", resourceVersionMatch: "Exact"}, wantOK: true},
 		{query: "watch=false&timeoutSeconds=30", wantOK: true},
+		{query: "shardSelector=shardRange%28object.metadata.uid%2C%270x0%27%2C%270x8%27%29", want: listQuery{shardSelector: "shardRange(object.metadata.uid,'0x0','0x8')"}, wantOK: true},
+		{query: "shardSelector=a&shardSelector=b"},
 		{query: "watch=true"},
 		{query: "watch=1"},
 		{query: "limit=abc"},

@@ -28,6 +28,9 @@ const (
 	ReasonQuery     Reason = "query"
 	ReasonMediaType Reason = collection.ReasonMediaType
 	ReasonSelector  Reason = collection.ReasonSelector
+	// ReasonShardSelector: a shardSelector while serving them is off
+	// (Config.ServeShardSelectors), or on an aggregated API's resource.
+	ReasonShardSelector Reason = collection.ReasonShardSelector
 )
 
 // Reasons of resolve and respond besides those of paging.Decide and
@@ -86,7 +89,7 @@ func reject(reason Reason, status *apierrors.StatusError) verdict {
 func (l *Lists) decide(req listRequest) (d paging.Decision, token paging.Token, digest [32]byte, openErr error) {
 	q := req.query
 	ours := paging.IsListproxyToken(q.continueToken)
-	digest = selectorDigest(q.labelSelector, q.fieldSelector)
+	digest = selectorDigest(q.labelSelector, q.fieldSelector, q.shardSelector)
 	if ours {
 		token, openErr = l.cfg.Keys.Open(q.continueToken)
 		if openErr == nil {
@@ -100,6 +103,7 @@ func (l *Lists) decide(req listRequest) (d paging.Decision, token paging.Token, 
 		Continue:             q.continueToken,
 		ContinueIsOurs:       ours,
 		ContinueErr:          openErr,
+		ShardSelectorErr:     req.ShardErr,
 	})
 	return d, token, digest, openErr
 }

@@ -54,7 +54,7 @@ func TestResolve(t *testing.T) {
 	l, keys := resolveFixture(t)
 	seal := func(rv uint64) string {
 		t.Helper()
-		s, err := keys.Seal(paging.Token{Resource: "pods", RV: rv, StartKey: "a/p1", SelectorDigest: selectorDigest("", ""), IssuedAt: time.Now()})
+		s, err := keys.Seal(paging.Token{Resource: "pods", RV: rv, StartKey: "a/p1", SelectorDigest: selectorDigest("", "", ""), IssuedAt: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}

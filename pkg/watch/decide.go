@@ -37,6 +37,9 @@ type Decision struct {
 	Timeout time.Duration
 	// LabelSelector and FieldSelector are as given, unparsed.
 	LabelSelector, FieldSelector string
+	// ShardSelector is the shardSelector parameter (KEP-5866) as given,
+	// unparsed; "" is none.
+	ShardSelector string
 	// Defaulted: a watch from resourceVersion "" or "0" without
 	// sendInitialEvents and resourceVersionMatch, a watch-list only where
 	// the apiserver's WatchList feature is on (Target.WatchListDefaults).
@@ -118,6 +121,8 @@ func Decide(rawQuery string) Decision {
 			d.LabelSelector = v
 		case "fieldSelector":
 			d.FieldSelector = v
+		case "shardSelector":
+			d.ShardSelector = v
 		default:
 			return pass("query")
 		}

@@ -47,7 +47,10 @@ func (h *Handler) parse(r *http.Request) (d Decision, req collection.Request, re
 	if d.Action == PassThrough {
 		return d, req, d.Reason, false
 	}
-	req, reason, ok = collection.Parse(r, h.stores, collection.Watch, d.LabelSelector, d.FieldSelector)
+	if d.ShardSelector != "" && !h.srv.cfg.ServeShardSelectors {
+		return d, req, collection.ReasonShardSelector, false
+	}
+	req, reason, ok = collection.Parse(r, h.stores, collection.Watch, d.LabelSelector, d.FieldSelector, d.ShardSelector)
 	if ok && d.IncludeObject && req.Format != wire.Table {
 		return d, req, "query", false
 	}
@@ -81,6 +84,14 @@ func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
 	if !ok {
 		h.srv.PassedThrough(resource, reason)
 		return false
+	}
+	if req.ShardErr != nil {
+		// The apiserver's registry refuses the shard selector before it
+		// reads its store, with a Status, not an ERROR event.
+		httpapi.SetAPIServerHeaders(w.Header(), r, req.Resource.Warnings)
+		w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
+		httpapi.WriteStatus(w, paging.InvalidShardSelectorError(req.ShardErr))
+		return true
 	}
 	handle, reason, ok := h.stores.Acquire(r.Context(), req.Resource, req.Format, false)
 	if !ok {

@@ -56,6 +56,11 @@ type Config struct {
 	Metrics *Metrics
 	// Clock drives deadlines and bookmarks; nil selects the real clock.
 	Clock clock.WithTicker
+	// ServeShardSelectors serves watches with a shardSelector (KEP-5866)
+	// from snapshots, as the 1.37 apiserver with its ShardedListAndWatch
+	// gate answers them; when false they pass through
+	// (collection.ReasonShardSelector).
+	ServeShardSelectors bool
 }
 
 // Target is the store and scope of one cacheable watch, resolved (and
@@ -165,6 +170,8 @@ func DefaultConfig() Config {
 		BookmarkInterval:  DefaultBookmarkInterval,
 		WriteTimeout:      DefaultWriteTimeout,
 		NotOlderThanWait:  DefaultNotOlderThanWait,
+		// A zero Config passes shard selectors through.
+		ServeShardSelectors: true,
 	}
 }
 

@@ -1,0 +1,101 @@
+package collection
+
+import (
+	"errors"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	shardparser "k8s.io/apiserver/pkg/sharding"
+
+	"github.com/listproxy/listproxy/pkg/snapshot"
+	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/wire"
+)
+
+// Shard selectors (KEP-5866, the apiserver's ShardedListAndWatch gate,
+// alpha in 1.37): shardSelector=shardRange(object.metadata.uid, 'S', 'E')
+// [|| shardRange(...)] selects the objects whose key (metadata.uid or
+// metadata.namespace) hashes (64-bit FNV-1a) into [S, E) of one of the
+// ranges. listproxy parses and matches it with the apiserver's own code
+// (k8s.io/apiserver/pkg/sharding, k8s.io/apimachinery/pkg/sharding), as
+// the 1.37 apiserver with the gate on does, whatever the apiserver's gate:
+// an apiserver without it (1.31, or the gate off) ignores the parameter.
+
+// ReasonShardSelector: a shard selector on a resource of an aggregated
+// API, whose server answers it as it knows (the kube-apiserver only
+// proxies it); the servers also pass shard selectors through with it when
+// serving them is off.
+const ReasonShardSelector = "shard_selector"
+
+// parseShard parses the shardSelector parameter into r: "" is none, as the
+// apiserver takes an empty parameter; one that does not parse is kept in
+// ShardErr for the servers to answer with the apiserver's error
+// (paging.InvalidShardSelectorError) in its order of checks.
+func (r *Request) parseShard(shardSelector string) {
+	if shardSelector == "" {
+		return
+	}
+	sel, err := shardparser.Parse(shardSelector)
+	if err != nil {
+		r.ShardErr = err
+		return
+	}
+	r.Shard = sel
+	// The parser makes every range use one key.
+	r.shardByUID = sel.Requirements()[0].Key == "object.metadata.uid"
+}
+
+// inShard reports whether e's object is in r's shard; true without a
+// shard selector. The apiserver's selector decides (sharding.Selector.
+// Matches) on an object carrying the key it hashes: the namespace from
+// e's key, or the uid read from e's stored bytes (a Table row's object),
+// so that entries keep no uid of their own. An object whose uid cannot
+// be read is in no shard, as the apiserver leaves out an object its
+// selector fails on.
+//
+// It costs one read of the uid, one hash and one small object per call,
+// whatever else the request selects: a watcher of a shard checks each
+// change it is woken for (O(1) per watcher and change), without an index
+// of watchers by shard.
+func (r Request) inShard(e *snapshot.Entry) bool {
+	if r.Shard == nil {
+		return true
+	}
+	obj := &metav1.PartialObjectMetadata{}
+	if r.shardByUID {
+		uid, err := objectUID(r.Format, e)
+		if err != nil {
+			return false
+		}
+		obj.UID = types.UID(uid)
+	} else {
+		obj.Namespace = e.Namespace()
+	}
+	ok, err := r.Shard.Matches(obj)
+	return ok && err == nil
+}
+
+// objectUID reads the uid of e's object from its stored bytes in format f.
+func objectUID(f wire.Format, e *snapshot.Entry) (string, error) {
+	if f != wire.Table {
+		return wire.ObjectUID(f, e.Raw)
+	}
+	row, ok := e.Extra.(*stores.TableRow)
+	if !ok || row.Row == nil {
+		return "", errors.New("an entry of a Table store without its row")
+	}
+	return wire.ObjectUID(wire.MetaJSON, row.Object(e.Raw))
+}
+
+// ShardInfo is what a LIST response's metadata.shardInfo.selector echoes,
+// "" for no shardInfo: the canonical form of r's shard selector
+// (sharding.Selector.String) on a list of a built-in resource's objects
+// (JSON, protobuf). The apiserver sets it on no other list: a custom
+// resource's (an UnstructuredList), PartialObjectMetadata lists and Tables
+// carry none.
+func (r Request) ShardInfo() string {
+	if r.Shard == nil || r.Resource.Custom || (r.Format != wire.JSON && r.Format != wire.Protobuf) {
+		return ""
+	}
+	return r.Shard.String()
+}
