@@ -72,6 +72,8 @@ type CacheOptions struct {
 
 	ServeWatches      bool
 	WatchWriteTimeout time.Duration
+	// ServeShardSelectors: lists.Config's and watch.Config's.
+	ServeShardSelectors bool
 }
 
 // newCacheOptions returns the defaults: the store registry's
@@ -106,8 +108,9 @@ func newCacheOptions() CacheOptions {
 
 		// Watch serving passes the watch-list differential and informer
 		// e2e tests (TestWatchDifferential, TestWatchListInformers).
-		ServeWatches:      true,
-		WatchWriteTimeout: watch.DefaultConfig().WriteTimeout,
+		ServeWatches:        true,
+		WatchWriteTimeout:   watch.DefaultConfig().WriteTimeout,
+		ServeShardSelectors: l.ServeShardSelectors,
 	}
 }
 
@@ -169,6 +172,8 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"Re-establish a snapshot store's watch when a consistent read proved with etcd that the store must reach a revision and it has not for this long (needs --etcd-servers).")
 	fs.BoolVar(&o.ServeWatches, "serve-watches", o.ServeWatches,
 		"Serve cacheable WATCH requests (watch-lists included) from snapshots and their stores' change feeds; false passes every watch through.")
+	fs.BoolVar(&o.ServeShardSelectors, "serve-shard-selectors", o.ServeShardSelectors,
+		"Serve LISTs and watches with a shardSelector (KEP-5866) from snapshots, answering as the 1.37 apiserver with its ShardedListAndWatch feature gate on, whatever the apiserver's gate or release (one without the gate ignores the parameter and answers the whole collection); false passes every request with a shardSelector through.")
 	fs.DurationVar(&o.WatchWriteTimeout, "watch-write-timeout", o.WatchWriteTimeout,
 		"End a served watch whose client does not accept a burst of events for this long (a stalled client); it re-watches from its last resourceVersion.")
 	fs.StringVar(&o.ConsistentReadFallback, "consistent-read-fallback", o.ConsistentReadFallback,
@@ -378,6 +383,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*c
 		ContinueMetrics:                 continueMetrics,
 		FallbackReject:                  o.ConsistentReadFallback == "reject",
 		ConsistentPassThroughMaxObjects: o.ConsistentPassThroughMaxObjects,
+		ServeShardSelectors:             o.ServeShardSelectors,
 		Inflight: lists.InflightConfig{
 			MaxLists:     o.MaxInflightLists,
 			MaxBytes:     o.MaxInflightListBytes,
@@ -399,7 +405,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*c
 		return nil, err
 	}
 	wcfg := watch.DefaultConfig()
-	wcfg.Metrics, wcfg.WriteTimeout = watchMetrics, o.WatchWriteTimeout
+	wcfg.Metrics, wcfg.WriteTimeout, wcfg.ServeShardSelectors = watchMetrics, o.WatchWriteTimeout, o.ServeShardSelectors
 	srv := watch.NewServer(wcfg)
 	c.watches = watch.NewHandler(srv, registry, l.AdmitWatchList)
 	return c, nil
