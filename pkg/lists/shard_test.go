@@ -289,3 +289,48 @@ func newTestListMetrics(t *testing.T) (*ListMetrics, *prometheus.Registry) {
 	}
 	return m, reg
 }
+
+// A token of a sharded walk that passes through (serving shard selectors
+// turned off between its pages, or another replica with it off) is
+// handed to the apiserver as its own token for the same position, with
+// the shard selector still bound: under another shard selector it becomes
+// a token the apiserver refuses, and without one listproxy refuses it.
+func TestTranslateShardedContinue(t *testing.T) {
+	var entries []*snapshot.Entry
+	for i := range 20 {
+		entries = append(entries, shardPod("a", fmt.Sprintf("p%02d", i), uint64(i+1)))
+	}
+	keys, err := paging.NewRandomKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, _ := newServeTestLists(t, Config{ServeShardSelectors: true, Keys: keys}, entries, 100)
+	off, _ := newServeTestLists(t, Config{ServeShardSelectors: false, Keys: keys}, entries, 100)
+	q := url.Values{"shardSelector": {shardLow}, "limit": {"2"}, "resourceVersion": {"100"}, "resourceVersionMatch": {"Exact"}}
+	served, rec, _ := serveTest(on, "/api/v1/pods", q, nil)
+	var list testList
+	if !served || json.Unmarshal(rec.Body.Bytes(), &list) != nil || list.Metadata.Continue == "" {
+		t.Fatalf("first page: served %v, HTTP %d: %s", served, rec.Code, rec.Body.String())
+	}
+	last := itemKeys(t, list)[1]
+	for _, tc := range []struct {
+		shard, want string
+	}{
+		{shardLowEcho, paging.NativeContinue(100, last)},
+		{shardHigh, paging.UndecodableContinue},
+	} {
+		q := url.Values{"limit": {"2"}, "continue": {list.Metadata.Continue}, "shardSelector": {tc.shard}}
+		served, _, r := serveTest(off, "/api/v1/pods", q, nil)
+		if served {
+			t.Fatalf("shard selector %q with serving them off: served", tc.shard)
+		}
+		if got := r.URL.Query().Get("continue"); got != tc.want {
+			t.Errorf("shard selector %q: continue %q, want %q", tc.shard, got, tc.want)
+		}
+	}
+	// Without a shard selector the list is listproxy's to continue, and
+	// the token is another list's.
+	if served, rec, _ := serveTest(off, "/api/v1/pods", url.Values{"limit": {"2"}, "continue": {list.Metadata.Continue}}, nil); !served || rec.Code != http.StatusBadRequest {
+		t.Errorf("without a shard selector: served %v, HTTP %d; want the apiserver's 400", served, rec.Code)
+	}
+}
