@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -548,7 +549,7 @@ func eventsToEnd(r *frameReader) ([]frame, error) {
 	var out []frame
 	for {
 		fr, err := r.next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out, nil
 		}
 		if err != nil {
