@@ -141,6 +141,10 @@ func (h *Handler) target(req collection.Request, handle *stores.Handle) Target {
 		Admit:             h.admit,
 	}
 	if req.Selective {
+		// Match checks the shard selector too, for each change the watcher
+		// is woken for (O(1) per watcher and change): watchers are woken by
+		// a field value (Wake) or a namespace, not indexed by shard, so a
+		// sharded watcher without either reads every change.
 		t.Match = req.Match
 		t.Wake = wakeKey(req.Fields)
 	}
