@@ -318,6 +318,24 @@ func (a *apiserverProof) prove(ctx context.Context, r uint64, orAux bool) (uint6
 	return 0, errInconclusive
 }
 
+// unchanged runs an auxiliary watch of its own from from and reports
+// whether it showed no event at or before to (Prover.Unchanged).
+func (a *apiserverProof) unchanged(ctx context.Context, from, to uint64) bool {
+	res := a.shared
+	aux := newAuxWatch(from)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		result := res.watch(wctx, aux)
+		if wctx.Err() == nil {
+			res.api.metrics.auxWatch(res.resource, result)
+		}
+		aux.end()
+	}()
+	last, _, ok := aux.lastChange(ctx, to)
+	return ok && last == from
+}
+
 // runningAux returns the resource's running auxiliary watch, or the last
 // one if it ended covering rv, or starts one from store's position; nil
 // when the store has no position yet, and true while the resource is taken

@@ -1271,3 +1271,42 @@ func TestConsistentWithEtcdUnverifiedPrefixProvenThroughAPIServer(t *testing.T) 
 		checkPassedThrough(t, recv(t, readWith(p), "read"), PrefixUnverified)
 	})
 }
+
+// Unchanged(from, to) holds exactly when an auxiliary watch from from shows
+// no event at or before to: its first event beyond to, or a bookmark at
+// or beyond to, first; a watch that fails or ends short proves nothing.
+func TestUnchangedThroughAPIServer(t *testing.T) {
+	const from, to = 5, 10
+	tests := []struct {
+		name string
+		step watchStep
+		want bool
+	}{
+		{name: "bookmark_beyond_to", step: watchStep{events: []string{bookmark(12)}}, want: true},
+		{name: "bookmark_at_to", step: watchStep{events: []string{bookmark(to)}}, want: true},
+		{name: "first_event_beyond_to", step: watchStep{events: []string{modified("a", 11)}}, want: true},
+		{name: "event_at_to", step: watchStep{events: []string{modified("a", to), bookmark(12)}}, want: false},
+		{name: "event_between", step: watchStep{events: []string{added("b", 7), bookmark(12)}}, want: false},
+		{name: "ends_short", step: watchStep{events: []string{bookmark(8)}, end: true}, want: false},
+		{name: "gone", step: watchStep{status: http.StatusGone}, want: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newProofHarness(t, harnessConfig{})
+			res := make(chan bool, 1)
+			go func() { res <- h.p.Unchanged(context.Background(), from, to) }()
+			w := h.watchOpened(t, from)
+			w.steps <- tc.step
+			if got := recv(t, res, "Unchanged"); got != tc.want {
+				t.Errorf("Unchanged(%d, %d) = %v, want %v", from, to, got, tc.want)
+			}
+		})
+	}
+	t.Run("no_older_from_is_unchanged_trivially", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{})
+		if !h.p.Unchanged(context.Background(), to, to) || h.p.Unchanged(context.Background(), to+1, to) {
+			t.Error("Unchanged(to, to) must hold and Unchanged(to+1, to) must not")
+		}
+		h.noMoreWatches(t)
+	})
+}

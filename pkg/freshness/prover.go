@@ -234,6 +234,32 @@ func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, proof *apiser
 	return snap, rv, last, nil
 }
 
+// Unchanged reports whether the resource had no change after from up to
+// to (from < to), so that a watch from from may be served from a feed
+// whose changes start after to (a re-watch from before the store's first
+// list: a client of another replica, or of this one before its store
+// relisted). An auxiliary watch through the apiserver from from shows it:
+// its first event is beyond to, or a bookmark at or beyond to comes first;
+// with etcd too, since etcd's tracker of the resource starts at the
+// store's list. False when it cannot be shown in time: from has left the
+// apiserver's watch history, the watch carries no bookmark, or there is
+// no proof through the apiserver.
+func (p *Prover) Unchanged(ctx context.Context, from, to uint64) bool {
+	if from >= to {
+		return from == to
+	}
+	proof := p.remote
+	if proof == nil {
+		proof = p.fallbackProof()
+	}
+	if proof == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	return proof.unchanged(ctx, from, to)
+}
+
 // ProvesConsistentReads reports whether the prover can prove consistent
 // reads at all: with etcd, or through the apiserver.
 func (p *Prover) ProvesConsistentReads() bool {

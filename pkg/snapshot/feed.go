@@ -280,6 +280,16 @@ func (s *Store) Subscribe(rv uint64) (*Cursor, error) {
 	return &Cursor{f: f, gen: f.gen, seq: f.first + uint64(i)}, nil
 }
 
+// FeedSince returns the resourceVersion after which the feed holds every
+// change (Subscribe takes any rv at or above it); false while the store
+// is not synced.
+func (s *Store) FeedSince() (uint64, bool) {
+	f := s.feed
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.since, f.open
+}
+
 // Read appends to dst the changes after the cursor (at most cap(dst)-len(dst)
 // when dst has spare capacity, else up to 64) and advances it. It returns dst
 // unchanged when there is none yet: wait for Store.Changed (taken before

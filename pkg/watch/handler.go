@@ -164,6 +164,7 @@ func (h *Handler) target(req collection.Request, handle *stores.Handle) Target {
 	t.Holds = func(ctx context.Context, rv uint64) bool {
 		return rv <= t.Store.Progress() || prover.Holds(ctx, rv)
 	}
+	t.Unchanged = prover.Unchanged
 	if h.stores.ProvesConsistentReads() {
 		// Proven exactly as a consistent LIST (freshness.Prover).
 		t.Consistent = func(ctx context.Context) (*snapshot.Snapshot, uint64, bool) {

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -114,6 +115,11 @@ type Target struct {
 	// served from the store's feed. Nil, or false, passes such a watch
 	// through.
 	Holds func(ctx context.Context, rv uint64) bool
+	// Unchanged proves that the resource had no change after from up to
+	// to: a watch from from, older than the store's feed, is then served
+	// from the feed's start to. Nil, or false, passes such a watch
+	// through.
+	Unchanged func(ctx context.Context, from, to uint64) bool
 	// Warnings are the deprecation texts of the resource's version, sent
 	// as Warning headers as the apiserver does.
 	Warnings []string
@@ -199,6 +205,19 @@ func NewServer(cfg Config) *Server {
 // through for reason.
 func (s *Server) PassedThrough(resource, reason string) {
 	s.cfg.Metrics.passedThrough(resource, reason)
+}
+
+// subscribeUnchanged subscribes a watch from rv, older than the store's
+// feed, at the feed's start S when t.Unchanged proves that the resource
+// had no change after rv up to S: the watch's events are then exactly the
+// feed's. It returns the cursor and S, or snapshot.ErrNotRetained.
+func (s *Server) subscribeUnchanged(ctx context.Context, t Target, rv uint64) (*snapshot.Cursor, uint64, error) {
+	since, ok := t.Store.FeedSince()
+	if !ok || t.Unchanged == nil || since <= rv || !t.Unchanged(ctx, rv, since) {
+		return nil, 0, snapshot.ErrNotRetained
+	}
+	cursor, err := t.Store.Subscribe(since)
+	return cursor, since, err
 }
 
 // Serve answers r, a watch decided by Decide (not PassThrough), from t. It
@@ -296,6 +315,9 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 		}
 	}
 	cursor, err := t.Store.Subscribe(rv)
+	if errors.Is(err, snapshot.ErrNotRetained) && snap == nil {
+		cursor, rv, err = s.subscribeUnchanged(ctx, t, rv)
+	}
 	if err != nil {
 		// Older than the store's history of changes, or the store relisted
 		// since the snapshot was taken.

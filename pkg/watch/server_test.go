@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -642,5 +643,53 @@ func TestBookmarkItemFromTemplate(t *testing.T) {
 	}
 	if _, err := bookmarkItem(wire.Protobuf, widgetType, 5, true); err == nil {
 		t.Error("protobuf bookmark of a custom resource built; want refused")
+	}
+}
+
+// A re-watch from a resourceVersion older than the store's feed (a client
+// of another replica, or from before the store's first list) is served
+// from the feed's start when Target.Unchanged proves that nothing changed
+// in between, and passes through otherwise.
+func TestServeRewatchFromBeforeTheFeed(t *testing.T) {
+	store := snapshot.NewStore(snapshot.StoreConfig{})
+	store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
+	store.Apply(snapshot.Change{Entry: widget("w2", 11, "a")}, 11)
+	store.Apply(snapshot.Change{Entry: widget("w1", 12, "a")}, 12)
+	var (
+		mu        sync.Mutex
+		asked     [][2]uint64
+		unchanged = true
+	)
+	ts := serveWith(t, store, Config{NotOlderThanWait: 100 * time.Millisecond}, func(tg *Target) {
+		tg.Unchanged = func(_ context.Context, from, to uint64) bool {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, [2]uint64{from, to})
+			return unchanged
+		}
+	})
+
+	d := open(t, ts.URL+"?watch=1&resourceVersion=7")
+	want := []got{{wire.Added, "w2", "11", false}, {wire.Modified, "w1", "12", false}}
+	if diff := cmp.Diff(want, next(t, d, 2)); diff != "" {
+		t.Errorf("events of a watch from 7, unchanged up to 10 (-want +got):\n%s", diff)
+	}
+	d.Close()
+	mu.Lock()
+	if diff := cmp.Diff([][2]uint64{{7, 10}}, asked); diff != "" {
+		t.Errorf("Unchanged asked (-want +got):\n%s", diff)
+	}
+	unchanged = false
+	mu.Unlock()
+	// Served instead, the watch would not end: bound the wait.
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(ts.URL + "?watch=1&resourceVersion=7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusTeapot || string(b) != "not_retained\n" {
+		t.Errorf("a watch from 7 with a change before 10: %d %q, want pass through (not_retained)", resp.StatusCode, b)
 	}
 }
