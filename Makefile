@@ -63,17 +63,20 @@ test-table-oracle:
 	cd hack/tableoracle/kube-1.32 && $(STAGE) table-oracle:1.32 $(GO) test -count=1 ./...
 	cd hack/tableoracle/kube-1.31 && $(STAGE) table-oracle:1.31 $(GO) test -count=1 ./...
 
-# The e2e package runs in three parts, each under its own timeout (and
+# The e2e package runs in four parts, each under its own timeout (and
 # meant to stay under half of it): the watch and Table tests; the replica,
-# store-lifecycle, load and no-etcd tests; then everything else (with the
-# chart, framework and import tests).
+# store-lifecycle, load and no-etcd tests; kube-controller-manager and
+# kube-scheduler through listproxy; then everything else (with the chart,
+# framework and import tests).
 E2E_PART1 := TestWatch|TestTable
 E2E_PART2 := TestLinearizableReadsWithoutEtcd|TestConsistentWithoutEtcd|TestWarm|TestReplicas|TestDrain|TestManyWatchers|TestStalled|TestKubectlWait|TestAPIServerRestartMidWatch|TestOddResourceVersions|TestStore|TestLoad
+E2E_PART3 := TestControlPlaneThroughListproxy
 
 test-e2e:
 	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part1 $(GO) test -race -count=1 -timeout 20m -run '^($(E2E_PART1))' ./test/e2e/
 	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part2 $(GO) test -race -count=1 -timeout 20m -run '^($(E2E_PART2))' ./test/e2e/
-	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part3 $(GO) test -race -count=1 -timeout 20m -skip '^($(E2E_PART1)|$(E2E_PART2))' ./test/...
+	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part3 $(GO) test -race -count=1 -timeout 20m -run '^($(E2E_PART3))' ./test/e2e/
+	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part4 $(GO) test -race -count=1 -timeout 20m -skip '^($(E2E_PART1)|$(E2E_PART2)|$(E2E_PART3))' ./test/...
 
 # The e2e tests whose answers depend most on the apiserver's version: the
 # differential and linearizability checks, paging and continue tokens, bad

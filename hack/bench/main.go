@@ -21,6 +21,13 @@
 // kubectl asks for them, after measuring what listproxy's Table store of
 // pods costs the apiserver per pod change.
 //
+// The control-plane scenario (BENCH_SCENARIOS=controlplane, alone) runs
+// kube-controller-manager and kube-scheduler on a fixed workload of 1,000
+// Deployments (10,000 pods) over 50 fake nodes, on a fresh control plane
+// per run, reading directly and through one listproxy, BENCH_REPS times:
+// convergence, reconcile latency, namespace deletion, CPU per process, and
+// the components' reads that reached the apiserver (test/framework/workload).
+//
 // The informer storm runs under BENCH_STORM_WRITES pod writes per second
 // (their own CPU, measured alone first, subtracted), and ends with its
 // memory line: BENCH_SLOW_WATCHLISTS clients read watch-lists of every pod
@@ -37,7 +44,7 @@
 //	BENCH_OUT=_output/bench/kube-vVERSION  output directory (the cluster lives in OUT/cluster)
 //	KUBE_VERSION                the control-plane release (default: hack/kube-versions)
 //	BENCH_WALK_LIMITS=500       page sizes of the paginated walks (1000 is added from 100k pods)
-//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,table,consistent,consistent-quiet,storm,steady,nodeagents,cold,rollout,memory (all but cold and rollout)
+//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,table,consistent,consistent-quiet,storm,steady,nodeagents,cold,rollout,memory (all but cold and rollout), or controlplane alone
 //	BENCH_INFORMERS=50          pod informers started at once in the informer storm
 //	BENCH_STORM_WRITES=50       pod writes per second while the storm's informers start and sync (0: none)
 //	BENCH_SLOW_WATCHLISTS=200   slow watch-lists of all pods after the storm, for listproxy's peak RSS (0: none)
@@ -199,14 +206,14 @@ func parseConfig(args []string) (config, error) {
 			cfg.walkLimits = append(cfg.walkLimits, n)
 		}
 	}
-	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "table": true, "consistent": true, "consistent-quiet": true, "storm": true, "steady": true, "nodeagents": true, "cold": true, "rollout": true, "memory": true}
+	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "table": true, "consistent": true, "consistent-quiet": true, "storm": true, "steady": true, "nodeagents": true, "cold": true, "rollout": true, "memory": true, "controlplane": true}
 	for _, s := range strings.Split(*scenarios, ",") {
 		s = strings.TrimSpace(s)
 		if s == "all" {
 			for k := range known {
 				// cold and rollout start listproxy processes and storm
 				// the apiserver directly: minutes each; named only.
-				cfg.scenarios[k] = k != "cold" && k != "rollout"
+				cfg.scenarios[k] = k != "cold" && k != "rollout" && k != "controlplane"
 			}
 			continue
 		}
@@ -214,6 +221,9 @@ func parseConfig(args []string) (config, error) {
 			return config{}, fmt.Errorf("-scenarios: unknown scenario %q", s)
 		}
 		cfg.scenarios[s] = true
+	}
+	if cfg.scenarios["controlplane"] && len(cfg.scenarios) > 1 {
+		return config{}, fmt.Errorf("-scenarios: controlplane runs alone (it starts control planes of its own)")
 	}
 	return cfg, nil
 }
@@ -240,6 +250,12 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	logf("control plane: Kubernetes v%s (KUBE_VERSION)", kubeVersion)
+	if cfg.scenarios["controlplane"] {
+		if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+			return err
+		}
+		return runControlPlaneBench(ctx, cfg)
+	}
 
 	env, err := startEnv(ctx, cfg)
 	if env != nil {

@@ -54,6 +54,18 @@ func (m Metrics) Sum(name string, pairs ...string) float64 {
 	return total
 }
 
+// ByLabel adds up the samples of name that have every label pair, by the
+// value of label key; values that sum to 0 are left out.
+func (m Metrics) ByLabel(name, key string, pairs ...string) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range m[name] {
+		if s.Matches(pairs...) && s.Value != 0 {
+			out[s.Labels[key]] += s.Value
+		}
+	}
+	return out
+}
+
 // Has reports whether name has a sample with every label pair.
 func (m Metrics) Has(name string, pairs ...string) bool {
 	for _, s := range m[name] {

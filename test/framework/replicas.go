@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,8 @@ type Replica struct {
 	Index   int
 	Addr    string // 127.0.0.1:PORT
 	LogFile string
+	// Scheme is "http", or "https" in service mode (--authentication=delegated).
+	Scheme string
 
 	mu      sync.Mutex
 	proc    *Process // guarded by mu
@@ -51,8 +54,8 @@ type Replica struct {
 	starts  int      // guarded by mu
 }
 
-// URL is the replica's own address as an http URL.
-func (r *Replica) URL() string { return "http://" + r.Addr }
+// URL is the replica's own address as a URL of its scheme.
+func (r *Replica) URL() string { return r.Scheme + "://" + r.Addr }
 
 // Process returns the running process (nil while stopped).
 func (r *Replica) Process() *Process {
@@ -140,6 +143,9 @@ type ReplicaSet struct {
 	Balancer *Balancer
 	// KeyFile is the shared --continue-token-keys-file.
 	KeyFile string
+	// CAFile verifies the replicas' shared serving certificate in service
+	// mode (the control plane's CA); "" over plain http.
+	CAFile string
 
 	bin  string
 	args []string
@@ -150,6 +156,10 @@ type ReplicaSet struct {
 // --continue-token-keys-file and --warm-from the Balancer, as the Helm
 // chart's replicas warm from their Service) in dir, waiting until each is
 // ready. Stop ends them.
+//
+// With --authentication=delegated among args (service mode) the replicas
+// serve https with one certificate signed by cp's CA (CAFile), as replicas
+// behind a Service share theirs, and warm from the balancer over https.
 func StartReplicaSet(ctx context.Context, cp *ControlPlane, dir string, n int, args ...string) (*ReplicaSet, error) {
 	return StartReplicaSetAt(ctx, cp, "", dir, n, args...)
 }
@@ -175,16 +185,26 @@ func StartReplicaSetAt(ctx context.Context, cp *ControlPlane, serverURL, dir str
 		return nil, err
 	}
 	rs := &ReplicaSet{KeyFile: keyFile, bin: bin}
+	scheme := "http"
+	var tlsArgs []string
+	if slices.Contains(args, "--authentication=delegated") {
+		certFile, keyFile, err := cp.IssueServingCert(dir, "listproxy-serving")
+		if err != nil {
+			return nil, err
+		}
+		scheme, rs.CAFile = "https", cp.CAFile
+		tlsArgs = []string{"--tls-cert-file=" + certFile, "--tls-private-key-file=" + keyFile, "--warm-from-ca-file=" + cp.CAFile}
+	}
 	var backends []string
 	for i, port := range ports {
-		r := &Replica{Index: i, Addr: "127.0.0.1:" + strconv.Itoa(port), LogFile: filepath.Join(dir, fmt.Sprintf("listproxy-%d.log", i))}
+		r := &Replica{Index: i, Addr: "127.0.0.1:" + strconv.Itoa(port), Scheme: scheme, LogFile: filepath.Join(dir, fmt.Sprintf("listproxy-%d.log", i))}
 		rs.Replicas = append(rs.Replicas, r)
 		backends = append(backends, r.Addr)
 	}
-	if rs.Balancer, err = StartBalancer(backends); err != nil {
+	if rs.Balancer, err = StartBalancerProbing(backends, readyzProbe(insecureLoopbackClient(time.Second), scheme)); err != nil {
 		return nil, err
 	}
-	rs.args = append([]string{"--kubeconfig=" + kubeconfig, "--continue-token-keys-file=" + keyFile, "--warm-from=" + rs.Balancer.URL()}, args...)
+	rs.args = append(append([]string{"--kubeconfig=" + kubeconfig, "--continue-token-keys-file=" + keyFile, "--warm-from=" + rs.URL()}, tlsArgs...), args...)
 	for i := range rs.Replicas {
 		if err := rs.Start(ctx, i); err != nil {
 			_ = rs.Stop()
@@ -216,8 +236,17 @@ func (rs *ReplicaSet) Start(ctx context.Context, i int) error {
 	return waitReplicaReady(ctx, r, p)
 }
 
+// URL is the balancer's address (the Service) as a URL of the replicas'
+// scheme.
+func (rs *ReplicaSet) URL() string {
+	if rs.CAFile != "" {
+		return "https://" + rs.Balancer.Addr
+	}
+	return rs.Balancer.URL()
+}
+
 func waitReplicaReady(ctx context.Context, r *Replica, p *Process) error {
-	client := &http.Client{Timeout: time.Second}
+	client := insecureLoopbackClient(time.Second)
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {

@@ -47,10 +47,11 @@ var allowed = map[string][]string{
 	"test/framework/binaries": {},
 	"test/framework/freeport": {},
 	"test/framework/seed":     {"test/framework"},
-	"test/e2e":                {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/binaries", "test/framework/freeport", "test/framework/seed"},
+	"test/framework/workload": {"test/framework", "test/framework/seed"},
+	"test/e2e":                {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/binaries", "test/framework/freeport", "test/framework/seed", "test/framework/workload"},
 	"test/chart":              {"cmd/listproxy/app", "pkg/*", "test/framework", "test/framework/freeport"},
 	"test/imports":            {},
-	"hack/bench":              {"pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed"},
+	"hack/bench":              {"pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed", "test/framework/workload"},
 	"hack/localup":            {"pkg/*", "test/framework", "test/framework/freeport", "test/framework/seed"},
 	"hack/conformance":        {"test/framework", "test/framework/freeport"},
 }

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/listproxy/listproxy/test/framework"
+	"github.com/listproxy/listproxy/test/framework/workload"
+)
+
+// The control-plane scenario's workload (BENCH_SCENARIOS=controlplane) and
+// targets: through listproxy, a Deployment's reconcile p99 at most
+// controlPlaneReconcileSlack above direct's, a namespace's deletion at
+// most controlPlaneDeletionSlack above direct's slowest.
+var controlPlaneWorkload = workload.Config{
+	Nodes: 50, PodsPerNode: 250,
+	Namespaces: 20, DeletedNamespaces: 5,
+	Deployments: 50, Replicas: 10,
+	MeasureLatency: true,
+}
+
+const (
+	controlPlaneReconcileSlack = 50 * time.Millisecond
+	controlPlaneDeletionSlack  = time.Second
+)
+
+// controlPlaneSide is one run of the workload, directly or through
+// listproxy.
+type controlPlaneSide struct {
+	Side string `json:"side"`
+	Rep  int    `json:"rep"`
+	// FirstPhase and SecondPhase are the workload's phases to
+	// convergence, in seconds.
+	FirstPhase  num `json:"first_phase_s"`
+	SecondPhase num `json:"second_phase_s"`
+	// Reconcile and Rescale are Deployments' times from create (change)
+	// to ready, in seconds: p50 and p99.
+	ReconcileP50 num `json:"reconcile_p50_s"`
+	ReconcileP99 num `json:"reconcile_p99_s"`
+	RescaleP50   num `json:"rescale_p50_s"`
+	RescaleP99   num `json:"rescale_p99_s"`
+	// NamespaceMax is the slowest namespace deletion, in seconds.
+	NamespaceMax num `json:"namespace_deletion_max_s"`
+	// CPU seconds from the components' start to the end: apiserver+etcd,
+	// listproxy, and kube-controller-manager+kube-scheduler.
+	APIServerCPU  num `json:"apiserver_etcd_cpu_s"`
+	ListproxyCPU  num `json:"listproxy_cpu_s"`
+	ComponentsCPU num `json:"components_cpu_s"`
+	// ListproxyPeakRSS is listproxy's peak resident set, in bytes.
+	ListproxyPeakRSS int64 `json:"listproxy_peak_rss_bytes"`
+	// Lists and Watches count the components' LISTs and WATCHes that
+	// reached the apiserver (its audit log).
+	Lists   int `json:"component_lists"`
+	Watches int `json:"component_watches"`
+	// FingerprintLines is the size of the end state's fingerprint; Equal
+	// says whether it equals the direct run's of the same repetition.
+	FingerprintLines int  `json:"fingerprint_lines"`
+	Equal            bool `json:"fingerprint_equal"`
+}
+
+// runControlPlaneBench is the "control plane" scenario: it runs
+// kube-controller-manager and kube-scheduler (framework.StartComponents)
+// on workload.Config's fixed workload, scaled up, on a fresh control plane
+// per run, alternately reading from the apiserver and through one
+// listproxy (cfg.consistentProof), cfg.reps times, and reports each run's
+// convergence, reconcile latencies and CPU, and the components' reads that
+// reached the apiserver. It runs alone: it needs no seeded cluster.
+func runControlPlaneBench(ctx context.Context, cfg config) error {
+	logf("scenario: control plane (%d Deployments of %d pods over %d nodes, %d of %d namespaces deleted), proof %s, %d reps",
+		controlPlaneWorkload.Namespaces*controlPlaneWorkload.Deployments, controlPlaneWorkload.Replicas, controlPlaneWorkload.Nodes,
+		controlPlaneWorkload.DeletedNamespaces, controlPlaneWorkload.Namespaces, cfg.consistentProof, cfg.reps)
+	var sides []*controlPlaneSide
+	for rep := range cfg.reps {
+		var direct []string
+		for _, side := range []string{"apiserver", "listproxy"} {
+			s, fingerprint, err := controlPlaneRun(ctx, cfg, side, rep)
+			if err != nil {
+				return fmt.Errorf("control plane, %s, rep %d: %w", side, rep, err)
+			}
+			if side == "apiserver" {
+				direct = fingerprint
+			}
+			onlyDirect, onlyProxied := workload.Diff(direct, fingerprint)
+			s.Equal = len(onlyDirect)+len(onlyProxied) == 0
+			if !s.Equal {
+				logf("end state differs: only direct %v; only through listproxy %v", onlyDirect, onlyProxied)
+			}
+			sides = append(sides, s)
+		}
+	}
+	table, missed := controlPlaneMarkdown(cfg, sides)
+	fmt.Println()
+	fmt.Println(table)
+	out, err := json.MarshalIndent(sides, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, "controlplane.json"), out, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, "controlplane.md"), []byte(table), 0o644); err != nil {
+		return err
+	}
+	if len(missed) > 0 {
+		fmt.Printf("\nMISSED: %d target(s)\n", len(missed))
+		for _, m := range missed {
+			fmt.Println("  " + m)
+		}
+		return fmt.Errorf("%d target(s) missed", len(missed))
+	}
+	return nil
+}
+
+// controlPlaneRun runs the workload once on a fresh control plane.
+func controlPlaneRun(ctx context.Context, cfg config, side string, rep int) (*controlPlaneSide, []string, error) {
+	dir := filepath.Join(cfg.out, "controlplane", fmt.Sprintf("%s-%d", side, rep))
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, nil, err
+	}
+	cp, err := framework.StartControlPlane(ctx, framework.ControlPlaneConfig{Dir: filepath.Join(dir, "cluster"), Log: logWriter{}})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err := cp.Stop(); err != nil {
+			logf("stop control plane: %v", err)
+		}
+	}()
+	components := framework.ComponentsConfig{Dir: filepath.Join(dir, "components")}
+	var rs *framework.ReplicaSet
+	if side == "listproxy" {
+		args := append(cfg.proofArgs(cp.EtcdEndpoint), "--resources=*")
+		args = append(args, cfg.listproxyArgs...)
+		if rs, err = framework.StartReplicaSet(ctx, cp, filepath.Join(dir, "listproxy"), 1, args...); err != nil {
+			return nil, nil, err
+		}
+		defer func() {
+			if err := rs.Stop(); err != nil {
+				logf("stop listproxy: %v", err)
+			}
+		}()
+		components.ServerURL = rs.URL()
+	}
+	apiPIDs := controlPlanePIDs(cp, "kube-apiserver", "etcd")
+	var lpPIDs []int
+	if rs != nil {
+		lpPIDs = []int{rs.Replicas[0].Process().Pid()}
+	}
+	apiBefore, lpBefore := cpuTime(apiPIDs), cpuTime(lpPIDs)
+	c, err := cp.StartComponents(ctx, components)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err := c.Stop(); err != nil {
+			logf("stop components: %v", err)
+		}
+	}()
+	compPIDs := []int{c.ControllerManager.Pid(), c.Scheduler.Pid()}
+	wl := controlPlaneWorkload
+	wl.Logf = func(format string, args ...any) { logf(side+": "+format, args...) }
+	res, err := workload.Run(ctx, cp.UserConfig(framework.UserAdmin), wl)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &controlPlaneSide{
+		Side: side, Rep: rep,
+		FirstPhase: num(res.Created.Seconds()), SecondPhase: num(res.Changed.Seconds()),
+		ReconcileP50: num(percentile(seconds(res.Reconcile), 50)), ReconcileP99: num(percentile(seconds(res.Reconcile), 99)),
+		RescaleP50: num(percentile(seconds(res.Rescale), 50)), RescaleP99: num(percentile(seconds(res.Rescale), 99)),
+		NamespaceMax:  num(slices.Max(append(seconds(res.NamespaceDeletion), 0))),
+		APIServerCPU:  num((cpuTime(apiPIDs) - apiBefore).Seconds()),
+		ListproxyCPU:  num((cpuTime(lpPIDs) - lpBefore).Seconds()),
+		ComponentsCPU: num(cpuTime(compPIDs).Seconds()),
+	}
+	if rs != nil {
+		s.ListproxyPeakRSS = rs.Replicas[0].PeakRSS()
+	}
+	reads, _, err := workload.ComponentReads(cp)
+	if err != nil {
+		return nil, nil, err
+	}
+	for key, n := range reads {
+		if strings.HasPrefix(key, "watch ") {
+			s.Watches += n
+		} else {
+			s.Lists += n
+		}
+	}
+	admin := cp.UserConfig(framework.UserAdmin)
+	fingerprint, err := workload.Fingerprint(ctx, kubernetes.NewForConfigOrDie(admin), dynamic.NewForConfigOrDie(admin))
+	if err != nil {
+		return nil, nil, err
+	}
+	s.FingerprintLines = len(fingerprint)
+	logf("%s rep %d: phases %.1f s / %.1f s, reconcile p99 %.3f s, apiserver+etcd CPU %.1f s, listproxy CPU %.1f s, %d lists and %d watches of the components reached the apiserver",
+		side, rep, s.FirstPhase, s.SecondPhase, s.ReconcileP99, s.APIServerCPU, s.ListproxyCPU, s.Lists, s.Watches)
+	return s, fingerprint, nil
+}
+
+func seconds(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Seconds()
+	}
+	return out
+}
+
+// controlPlaneMarkdown renders the runs and checks each listproxy run
+// against the direct run of its repetition.
+func controlPlaneMarkdown(cfg config, sides []*controlPlaneSide) (string, []string) {
+	var b strings.Builder
+	var missed []string
+	fmt.Fprintf(&b, "control plane through listproxy (proof %s): %d Deployments of %d pods, %d nodes, %d of %d namespaces deleted\n\n",
+		cfg.consistentProof, controlPlaneWorkload.Namespaces*controlPlaneWorkload.Deployments, controlPlaneWorkload.Replicas,
+		controlPlaneWorkload.Nodes, controlPlaneWorkload.DeletedNamespaces, controlPlaneWorkload.Namespaces)
+	b.WriteString("| rep | side | phase 1 s | phase 2 s | reconcile p50 / p99 s | rescale p50 / p99 s | ns deletion max s | apiserver+etcd CPU s | listproxy CPU s | components CPU s | listproxy peak RSS | component LISTs / WATCHes at the apiserver | end state equal |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	var direct *controlPlaneSide
+	for _, s := range sides {
+		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %.3f / %.3f | %.3f / %.3f | %.1f | %.1f | %.1f | %.1f | %.0f MiB | %d / %d | %v |\n",
+			s.Rep, s.Side, s.FirstPhase, s.SecondPhase, s.ReconcileP50, s.ReconcileP99, s.RescaleP50, s.RescaleP99, s.NamespaceMax,
+			s.APIServerCPU, s.ListproxyCPU, s.ComponentsCPU, float64(s.ListproxyPeakRSS)/(1<<20), s.Lists, s.Watches, s.Equal)
+		if s.Side == "apiserver" {
+			direct = s
+			continue
+		}
+		if direct == nil {
+			continue
+		}
+		if !s.Equal {
+			missed = append(missed, fmt.Sprintf("rep %d: the end state through listproxy differs from direct", s.Rep))
+		}
+		slack := controlPlaneReconcileSlack.Seconds()
+		if float64(s.ReconcileP99) > float64(direct.ReconcileP99)+slack || float64(s.RescaleP99) > float64(direct.RescaleP99)+slack {
+			missed = append(missed, fmt.Sprintf("rep %d: reconcile p99 %.3f s / rescale p99 %.3f s through listproxy, want ≤ direct %.3f / %.3f s + %s",
+				s.Rep, s.ReconcileP99, s.RescaleP99, direct.ReconcileP99, direct.RescaleP99, controlPlaneReconcileSlack))
+		}
+		if float64(s.NamespaceMax) > float64(direct.NamespaceMax)+controlPlaneDeletionSlack.Seconds() {
+			missed = append(missed, fmt.Sprintf("rep %d: namespace deletion %.1f s through listproxy, want ≤ direct %.1f s + %s",
+				s.Rep, s.NamespaceMax, direct.NamespaceMax, controlPlaneDeletionSlack))
+		}
+		fmt.Fprintf(&b, "| %d | ratio direct/listproxy | | | | | | %.1f× (apiserver+etcd) | | | | | |\n",
+			s.Rep, float64(direct.APIServerCPU)/max(float64(s.APIServerCPU), 1e-9))
+	}
+	return b.String(), missed
+}
