@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/listproxy/listproxy/test/framework"
 )
@@ -120,27 +121,46 @@ func ReadyNodes(ctx context.Context, client kubernetes.Interface, nodes []*corev
 		if err != nil {
 			return err
 		}
-		now := metav1.Now()
-		created.Status = *n.Status.DeepCopy()
-		created.Status.Conditions = append(created.Status.Conditions, corev1.NodeCondition{
-			Type:               corev1.NodeReady,
-			Status:             corev1.ConditionTrue,
-			Reason:             "KubeletReady",
-			Message:            "kubelet is posting ready status",
-			LastHeartbeatTime:  now,
-			LastTransitionTime: now,
+		uo := metav1.UpdateOptions{FieldManager: co.FieldManager}
+		// Controllers running beside (kube-controller-manager) may change
+		// the node in between: each step retries on the latest node.
+		node := created
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			now := metav1.Now()
+			node.Status = *n.Status.DeepCopy()
+			node.Status.Conditions = append(node.Status.Conditions, corev1.NodeCondition{
+				Type:               corev1.NodeReady,
+				Status:             corev1.ConditionTrue,
+				Reason:             "KubeletReady",
+				Message:            "kubelet is posting ready status",
+				LastHeartbeatTime:  now,
+				LastTransitionTime: now,
+			})
+			updated, err := client.CoreV1().Nodes().UpdateStatus(ctx, node, uo)
+			if err == nil {
+				node = updated
+			} else if latest, getErr := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); getErr == nil {
+				node = latest
+			}
+			return err
 		})
-		updated, err := client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{FieldManager: co.FieldManager})
 		if err != nil {
 			return fmt.Errorf("update status: %w", err)
 		}
-		if len(updated.Spec.Taints) > 0 {
-			updated.Spec.Taints = nil
-			if _, err := client.CoreV1().Nodes().Update(ctx, updated, metav1.UpdateOptions{FieldManager: co.FieldManager}); err != nil {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if len(node.Spec.Taints) == 0 {
+				return nil
+			}
+			node.Spec.Taints = nil
+			_, err := client.CoreV1().Nodes().Update(ctx, node, uo)
+			if latest, getErr := client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err != nil && getErr == nil {
+				node = latest
+			}
+			if err != nil {
 				return fmt.Errorf("remove taints: %w", err)
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 }
 
