@@ -1239,13 +1239,17 @@ func TestConsistentThroughAPIServerSmallRead(t *testing.T) {
 	})
 }
 
-// With etcd, a resource whose etcd prefix cannot be verified — an empty
-// one's, since no key shows where the apiserver keeps it — has its
-// consistent reads proven through the apiserver instead of passing
-// through; without a proof through the apiserver they pass through as
-// before.
+// With etcd, an empty resource, whose etcd prefix cannot be verified (no
+// key shows where the apiserver keeps it), has its consistent reads
+// proven through the apiserver instead of passing through; a prefix that
+// disagrees with the store, and any without a proof through the
+// apiserver, pass through as before.
 func TestConsistentWithEtcdUnverifiedPrefixProvenThroughAPIServer(t *testing.T) {
-	checker := newEtcdChecker(t, startEtcd(t))
+	client := startEtcd(t)
+	checker := newEtcdChecker(t, client)
+	for range listedAt { // etcd's revision passes the stores'
+		put(t, client, "/registry/other/x")
+	}
 	h := newProofHarness(t, harnessConfig{})
 	emptyStore := func() *snapshot.Store {
 		s := snapshot.NewStore(snapshot.StoreConfig{})
@@ -1262,6 +1266,17 @@ func TestConsistentWithEtcdUnverifiedPrefixProvenThroughAPIServer(t *testing.T) 
 		w := h.watchOpened(t, listedAt)
 		w.steps <- watchStep{events: []string{bookmark(12)}}
 		checkServed(t, recv(t, res, "read"), 12, listedAt)
+	})
+	t.Run("wrong_prefix_passes_through", func(t *testing.T) {
+		// A store holding an object etcd does not hold under the prefix:
+		// a configuration to fix, whose reads keep passing through.
+		s := snapshot.NewStore(snapshot.StoreConfig{})
+		relist(s, listedAt, change{name: "a", rv: 5})
+		p := NewProver(h.ctx, ProverConfig{
+			Checker: checker, APIServer: h.apiProof, Path: "/api/v1/services", Namespaced: true,
+			Store: s, Resource: "services", Prefix: "/registry/not-services/", Timeout: 20 * time.Second,
+		})
+		checkPassedThrough(t, recv(t, readWith(p), "read"), PrefixUnverified)
 	})
 	t.Run("without_a_proof_through_the_apiserver_passes_through", func(t *testing.T) {
 		p := NewProver(h.ctx, ProverConfig{

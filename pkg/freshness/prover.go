@@ -60,8 +60,8 @@ type ProverConfig struct {
 	// neither, nothing can be proven.
 	Checker *Checker
 	// APIServer proves consistent reads through the apiserver: without a
-	// Checker every one, with a Checker those of a resource whose etcd
-	// prefix is not verified (an empty resource's cannot be); Path is the
+	// Checker every one, with a Checker those of an empty resource, whose
+	// etcd prefix cannot be verified, and Unchanged; Path is the
 	// store's cluster-wide collection path (e.g. /api/v1/pods) and
 	// Namespaced says whether the resource is namespaced.
 	APIServer  *APIServer
@@ -99,7 +99,8 @@ type Prover struct {
 
 	mu sync.Mutex // guards fallback, tracker, wrong, empty and tried
 	// fallback proves through the apiserver, with a Checker, the reads of
-	// a resource whose prefix is not verified; made on first use.
+	// an empty resource, whose prefix cannot be verified, and Unchanged;
+	// made on first use (throughAPIServer).
 	fallback *apiserverProof
 	tracker  *Tracker  // nil until the prefix was verified
 	wrong    bool      // the prefix disagreed with the snapshot
@@ -174,10 +175,28 @@ func (p *Prover) consistent(ctx context.Context, small bool) (*snapshot.Snapshot
 }
 
 // fallbackProof returns the proof through the apiserver for a resource
-// whose etcd prefix is not verified, nil when there is none (no
-// ProverConfig.APIServer, or an aggregated resource, which neither etcd
-// nor the apiserver's watches describe).
+// whose etcd prefix cannot be verified because it is empty; nil for any
+// other (a prefix that disagrees with the snapshot is a configuration to
+// fix, whose reads keep passing through and counting as fallbacks) and
+// as throughAPIServer.
 func (p *Prover) fallbackProof() *apiserverProof {
+	p.mu.Lock()
+	empty := p.empty && !p.wrong
+	p.mu.Unlock()
+	if !empty {
+		return nil
+	}
+	return p.throughAPIServer()
+}
+
+// throughAPIServer returns the resource's proof through the apiserver:
+// remote without a Checker, else one made on first use; nil without
+// ProverConfig.APIServer and for an aggregated resource, which is in
+// neither this etcd nor the apiserver's watch cache.
+func (p *Prover) throughAPIServer() *apiserverProof {
+	if p.remote != nil {
+		return p.remote
+	}
 	if p.cfg.APIServer == nil || p.cfg.Aggregated {
 		return nil
 	}
@@ -248,10 +267,7 @@ func (p *Prover) Unchanged(ctx context.Context, from, to uint64) bool {
 	if from >= to {
 		return from == to
 	}
-	proof := p.remote
-	if proof == nil {
-		proof = p.fallbackProof()
-	}
+	proof := p.throughAPIServer()
 	if proof == nil {
 		return false
 	}
