@@ -39,11 +39,17 @@ var controlPlanePassReasons = map[string]bool{"direct_cheaper": true, "not_retai
 // controlPlaneFallbacks are reasons for which a read falls back to the
 // apiserver under load (its proof or its store late: the e2e listproxy
 // runs with the race detector on a small machine beside the control
-// plane); a few are fine, and each is counted in listproxy's metrics.
+// plane, which other work may load too); some are fine, and each is
+// counted in listproxy's metrics. A proof that fails every time is not.
 var controlPlaneFallbacks = map[string]bool{"snapshot_timeout": true, "progress_timeout": true, "probe_failed": true}
 
-// controlPlaneMaxFallbacks bounds the fallbacks of one run.
-const controlPlaneMaxFallbacks = 10
+// controlPlaneMaxFallbackShare bounds the fallbacks of one run, as a share
+// of the components' LISTs and watches listproxy answered or let fall back.
+const controlPlaneMaxFallbackShare = 0.25
+
+// servedKey counts, in controlPlaneRun.passed, the LISTs and watches
+// listproxy served.
+const servedKey = "served"
 
 // controlPlaneRun is one run of the workload: its end state and what the
 // components asked of the apiserver themselves.
@@ -61,7 +67,7 @@ type controlPlaneRun struct {
 	errors       map[string]int
 	errorExample map[string]string
 	// passed counts what listproxy passed through, by "list REASON" and
-	// "watch REASON".
+	// "watch REASON", and under servedKey what it served.
 	passed map[string]float64
 }
 
@@ -74,7 +80,7 @@ type controlPlaneRun struct {
 // directly from the apiserver, every time. Through listproxy, no
 // cluster-wide LIST of theirs and at most controlPlaneMaxWatches watches
 // reach the apiserver, listproxy passes their requests through only for
-// controlPlanePassReasons (and a few fallbacks), and they log no error
+// controlPlanePassReasons (and some fallbacks), and they log no error
 // kind the direct run does not.
 func TestControlPlaneThroughListproxy(t *testing.T) {
 	cfg := controlPlaneWorkload
@@ -111,6 +117,9 @@ func TestControlPlaneThroughListproxy(t *testing.T) {
 		}
 		fallbacks := 0.0
 		for key, n := range run.passed {
+			if key == servedKey {
+				continue
+			}
 			_, reason, _ := strings.Cut(key, " ")
 			switch {
 			case controlPlaneFallbacks[reason]:
@@ -119,8 +128,9 @@ func TestControlPlaneThroughListproxy(t *testing.T) {
 				t.Errorf("%s: listproxy passed %v components' requests through as %s", name, n, key)
 			}
 		}
-		if fallbacks > controlPlaneMaxFallbacks {
-			t.Errorf("%s: %v of the components' reads fell back to the apiserver, want at most %d", name, fallbacks, controlPlaneMaxFallbacks)
+		if served := run.passed[servedKey]; fallbacks > controlPlaneMaxFallbackShare*(served+fallbacks) {
+			t.Errorf("%s: %v of the components' reads fell back to the apiserver, %v were served; want at most %.0f%% to fall back",
+				name, fallbacks, served, 100*controlPlaneMaxFallbackShare)
 		}
 		for e, n := range run.errors {
 			if strings.HasPrefix(e, "timing: ") {
@@ -152,6 +162,7 @@ func runControlPlane(t *testing.T, mode string, cfg workload.Config) controlPlan
 		for reason, n := range m.ByLabel("listproxy_watch_passed_through_total", "reason") {
 			passed["watch "+reason] += n
 		}
+		passed[servedKey] += m.Sum("listproxy_lists_total", `source="snapshot"`) + m.Sum("listproxy_watch_served_total")
 	}
 	var scrape func()
 	switch mode {
