@@ -1290,9 +1290,11 @@ func TestProbeCoalescing(t *testing.T) {
 	}
 }
 
-// An empty resource proves nothing about its etcd prefix: its consistent
-// reads pass through while it is empty, whatever the prefix, and are served
-// from the snapshot once it holds an object under the right prefix only.
+// An empty resource proves nothing about its etcd prefix: while it is
+// empty its consistent reads are proven through the apiserver instead,
+// whatever the prefix, and served from the snapshot; once it holds an
+// object they are proven with etcd under the right prefix, and pass
+// through under a wrong one.
 func TestEmptyResourceDoesNotVerifyPrefix(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	ctx := t.Context()
@@ -1302,20 +1304,25 @@ func TestEmptyResourceDoesNotVerifyPrefix(t *testing.T) {
 	}
 	cs := cp.Clientset(framework.UserAdmin)
 	// Nothing creates podtemplates: the resource is empty cluster-wide.
-	wrong := newRawClient(t, framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint,
-		"--etcd-resource-prefix=podtemplates=/registry/nothing-here/").Config())
-	right := newRawClient(t, framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint).Config())
+	wrongLP := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint,
+		"--etcd-resource-prefix=podtemplates=/registry/nothing-here/")
+	rightLP := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
+	wrong, right := newRawClient(t, wrongLP.Config()), newRawClient(t, rightLP.Config())
 	path := "/api/v1/podtemplates"
 	for _, c := range []rawClient{wrong, right} {
 		waitServed(ctx, t, c, path, url.Values{"resourceVersion": {"0"}})
 	}
-	for name, c := range map[string]rawClient{"wrong_prefix": wrong, "right_prefix": right} {
-		p, err := getListAnswer(ctx, c, path, url.Values{})
+	for name, lp := range map[string]*framework.Listproxy{"wrong_prefix": wrongLP, "right_prefix": rightLP} {
+		p, err := getListAnswer(ctx, newRawClient(t, lp.Config()), path, url.Values{})
 		if err != nil || p.code != http.StatusOK {
 			t.Fatalf("%s: consistent read: HTTP %d, %v", name, p.code, err)
 		}
-		if p.servedFrom != "apiserver" {
-			t.Errorf("%s: consistent read of an empty resource served from %q, want apiserver (nothing verifies the prefix)", name, p.servedFrom)
+		if p.servedFrom != "snapshot" {
+			t.Errorf("%s: consistent read of an empty resource served from %q, want snapshot (proven through the apiserver)", name, p.servedFrom)
+		}
+		m := framework.Scrape(t, nil, lp.URL+"/metrics")
+		if proofs := m.Sum("listproxy_freshness_apiserver_proofs_total", `resource="podtemplates"`); proofs < 1 {
+			t.Errorf("%s: %v proofs of podtemplates through the apiserver, want at least 1", name, proofs)
 		}
 	}
 
