@@ -180,7 +180,7 @@ func runControlPlane(t *testing.T, mode string, cfg workload.Config) controlPlan
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = rs.Stop() })
-		components.ServerURL, components.CAFile = rs.URL(), rs.CAFile
+		components.ServerURL = rs.URL()
 		client, err := rest.HTTPClientFor(&rest.Config{BearerToken: cp.UserToken(framework.UserAdmin), TLSClientConfig: rest.TLSClientConfig{CAFile: rs.CAFile}})
 		if err != nil {
 			t.Fatal(err)

@@ -10,10 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
-
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/listproxy/listproxy/test/framework/freeport"
 )
@@ -24,11 +22,10 @@ type ComponentsConfig struct {
 	// (kube-controller-manager.log, kube-scheduler.log).
 	Dir string
 	// ServerURL is where the components send every request: "" is the
-	// apiserver; otherwise listproxy or a balancer in front of replicas.
+	// apiserver; otherwise listproxy or a balancer in front of replicas,
+	// over plain http (sidecar mode) or https with a certificate from the
+	// control plane's CA (service-mode replicas, StartReplicaSet).
 	ServerURL string
-	// CAFile verifies an https ServerURL; "" for plain http (listproxy in
-	// sidecar mode) and for the apiserver (the control plane's CA).
-	CAFile string
 	// APIQPS and APIBurst are each component's client rate limits (0: 100
 	// and 200, raised from the defaults as large clusters raise them, so
 	// that a test's workload is bound by the components, not by their
@@ -59,7 +56,7 @@ func (cp *ControlPlane) StartComponents(ctx context.Context, cfg ComponentsConfi
 		return nil, err
 	}
 	kubeconfig := filepath.Join(cfg.Dir, "components.kubeconfig")
-	if err := cp.writeComponentsKubeconfig(kubeconfig, cfg); err != nil {
+	if err := cp.WriteKubeconfig(kubeconfig, cfg.ServerURL, UserAdmin, strings.HasPrefix(cfg.ServerURL, "http://")); err != nil {
 		return nil, err
 	}
 	ports, err := freeport.Ports(2)
@@ -104,7 +101,11 @@ func (cp *ControlPlane) StartComponents(ctx context.Context, cfg ComponentsConfi
 			return nil, err
 		}
 	}
-	cp.logf("kube-controller-manager and kube-scheduler ready, reading from %s", kubeconfigServer(cfg.ServerURL, cp))
+	server := cfg.ServerURL
+	if server == "" {
+		server = cp.APIServerURL
+	}
+	cp.logf("kube-controller-manager and kube-scheduler ready, reading from %s", server)
 	return c, nil
 }
 
@@ -128,30 +129,6 @@ func (c *Components) LogFiles() []string {
 		}
 	}
 	return files
-}
-
-func kubeconfigServer(serverURL string, cp *ControlPlane) string {
-	if serverURL == "" {
-		return cp.APIServerURL
-	}
-	return serverURL
-}
-
-// writeComponentsKubeconfig writes the admin kubeconfig for cfg's server.
-func (cp *ControlPlane) writeComponentsKubeconfig(path string, cfg ComponentsConfig) error {
-	cluster := &clientcmdapi.Cluster{Server: kubeconfigServer(cfg.ServerURL, cp)}
-	switch {
-	case cfg.ServerURL == "":
-		cluster.CertificateAuthority = cp.CAFile
-	case cfg.CAFile != "":
-		cluster.CertificateAuthority = cfg.CAFile
-	}
-	config := clientcmdapi.NewConfig()
-	config.Clusters["cluster"] = cluster
-	config.AuthInfos[UserAdmin] = &clientcmdapi.AuthInfo{Token: cp.UserToken(UserAdmin)}
-	config.Contexts["cluster"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: UserAdmin}
-	config.CurrentContext = "cluster"
-	return clientcmd.WriteToFile(*config, path)
 }
 
 // waitHealthz polls a component's https://127.0.0.1:port/healthz (its
