@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 )
 
 // kubelets stands in for the kubelets of every fake node, in one informer
@@ -135,7 +136,7 @@ func (k *kubelets) start(ctx context.Context, pod *corev1.Pod) error {
 	}
 	pod.Status.ContainerStatuses = nil
 	for _, c := range pod.Spec.Containers {
-		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: "docker.io/library/" + c.Image, ContainerID: "fake://" + string(pod.UID) + "/" + c.Name, Ready: ready == corev1.ConditionTrue, Started: ptr(ready == corev1.ConditionTrue)}
+		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: "docker.io/library/" + c.Image, ContainerID: "fake://" + string(pod.UID) + "/" + c.Name, Ready: ready == corev1.ConditionTrue, Started: ptr.To(ready == corev1.ConditionTrue)}
 		if pod.Status.Phase == corev1.PodSucceeded {
 			st.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}
 		} else {
@@ -155,8 +156,6 @@ func ownedBy(pod *corev1.Pod, kind string) bool {
 	ref := metav1.GetControllerOf(pod)
 	return ref != nil && ref.Kind == kind
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // wait blocks until the workers have stopped (after ctx ended).
 func (k *kubelets) wait() { k.wg.Wait() }

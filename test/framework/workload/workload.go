@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/listproxy/listproxy/test/framework"
 	"github.com/listproxy/listproxy/test/framework/seed"
@@ -202,7 +203,7 @@ func create(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 			d := &appsv1.Deployment{
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 				Spec: appsv1.DeploymentSpec{
-					Replicas: ptr(int32(cfg.Replicas)),
+					Replicas: ptr.To(int32(cfg.Replicas)),
 					Selector: &metav1.LabelSelector{MatchLabels: labels},
 					Template: podSpec(labels),
 				},
@@ -228,7 +229,7 @@ func create(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 		ss := &appsv1.StatefulSet{
 			ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: ns},
 			Spec: appsv1.StatefulSetSpec{
-				Replicas: ptr(int32(3)), ServiceName: "db", PodManagementPolicy: appsv1.ParallelPodManagement,
+				Replicas: ptr.To(int32(3)), ServiceName: "db", PodManagementPolicy: appsv1.ParallelPodManagement,
 				Selector: &metav1.LabelSelector{MatchLabels: db}, Template: podSpec(db),
 			},
 		}
@@ -237,7 +238,7 @@ func create(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interf
 		}
 		job := &batchv1.Job{
 			ObjectMeta: metav1.ObjectMeta{Name: "batch", Namespace: ns},
-			Spec:       batchv1.JobSpec{Completions: ptr(int32(3)), Parallelism: ptr(int32(3)), Template: podSpec(nil)},
+			Spec:       batchv1.JobSpec{Completions: ptr.To(int32(3)), Parallelism: ptr.To(int32(3)), Template: podSpec(nil)},
 		}
 		job.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
 		if _, err := client.BatchV1().Jobs(ns).Create(ctx, job, co); err != nil {
