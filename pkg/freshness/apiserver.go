@@ -37,6 +37,13 @@ import (
 //     delivered every event in (S, R]; the last of them, L (or S), is all
 //     the store must hold, and then its snapshot is the state at R.
 //
+// A store that holds no object probes with a consistent LIST of at most
+// one object of the whole collection instead: no object at its revision R
+// proves the resource empty at R, so the store's empty snapshot is the
+// state at R without waiting for any watch (the changes in between that
+// its feed has yet to deliver cancel out, and a watch served at R starts
+// after them).
+//
 // Nothing is inferred across two streams or from timing.
 
 // Defaults of APIServerConfig.
@@ -141,6 +148,8 @@ var (
 	// errFastPathOnly: the store's own feed did not reach the revision
 	// within FastWait, and the caller asked for no auxiliary watch.
 	errFastPathOnly = errors.New("the fast path did not prove the read, and no auxiliary watch was asked for")
+	// errNotEmpty: the emptiness probe found an object.
+	errNotEmpty = errors.New("the resource holds an object")
 )
 
 // resourceProof is what the stores of one resource share: one probe in
@@ -152,9 +161,14 @@ type resourceProof struct {
 	path     string // the resource's collection path, watched by auxiliary watches
 	probeURL string // the name-scoped consistent LIST
 	probes   sharedProbe
-	ctx      context.Context // ends auxiliary watches with the last store
-	cancel   context.CancelFunc
-	refs     int // stores using it; guarded by api.mu
+	// emptyURL is a consistent LIST of at most one object of the whole
+	// collection; emptyProbes reads its revision when it holds none, and
+	// fails with errNotEmpty otherwise.
+	emptyURL    string
+	emptyProbes sharedProbe
+	ctx         context.Context // ends auxiliary watches with the last store
+	cancel      context.CancelFunc
+	refs        int // stores using it; guarded by api.mu
 
 	mu     sync.Mutex        // guards the fields below
 	stores []*snapshot.Store // their feeds' bookmarks are evidence of a watch cache
@@ -199,10 +213,12 @@ func (api *APIServer) acquire(resource, path string, namespaced bool, store *sna
 			resource: resource,
 			path:     path,
 			probeURL: api.cfg.Host + probePath + "?" + q.Encode(),
+			emptyURL: api.cfg.Host + path + "?limit=1",
 			ctx:      ctx,
 			cancel:   cancel,
 		}
 		r.probes.read = r.readRevision
+		r.emptyProbes.read = r.readEmptyRevision
 		api.resources[path] = r
 		api.metrics.exportResource(resource)
 	}
@@ -234,43 +250,58 @@ func (api *APIServer) release(r *resourceProof, store *snapshot.Store) {
 // readRevision sends the probe: the resourceVersion of a consistent LIST.
 func (r *resourceProof) readRevision(ctx context.Context) (int64, error) {
 	start := time.Now()
-	rev, err := r.list(ctx)
+	rev, _, err := r.list(ctx, r.probeURL)
 	r.api.metrics.observeProbe(time.Since(start), err)
 	return rev, err
 }
 
-func (r *resourceProof) list(ctx context.Context) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.probeURL, nil)
+// readEmptyRevision sends the emptiness probe: the resourceVersion of a
+// consistent LIST of at most one object, or errNotEmpty when it holds one.
+func (r *resourceProof) readEmptyRevision(ctx context.Context) (int64, error) {
+	start := time.Now()
+	rev, items, err := r.list(ctx, r.emptyURL)
+	r.api.metrics.observeProbe(time.Since(start), err)
+	if err == nil && items > 0 {
+		return 0, errNotEmpty
+	}
+	return rev, err
+}
+
+// list sends a consistent LIST of metadata to url and returns its
+// resourceVersion and how many objects it held.
+func (r *resourceProof) list(ctx context.Context, url string) (rev int64, items int, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	req.Header.Set("Accept", wire.MetaJSON.ListAccept())
 	req.Header.Set("User-Agent", "listproxy")
 	resp, err := r.api.cfg.Client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("probe: HTTP %d: %.200s", resp.StatusCode, body)
+		return 0, 0, fmt.Errorf("probe: HTTP %d: %.200s", resp.StatusCode, body)
 	}
 	var list struct {
 		Metadata struct {
 			ResourceVersion string `json:"resourceVersion"`
 		} `json:"metadata"`
+		Items []json.RawMessage `json:"items"`
 	}
 	if err := json.Unmarshal(body, &list); err != nil {
-		return 0, fmt.Errorf("probe: %w", err)
+		return 0, 0, fmt.Errorf("probe: %w", err)
 	}
 	rv, err := strconv.ParseInt(list.Metadata.ResourceVersion, 10, 64)
 	if err != nil || rv <= 0 {
-		return 0, fmt.Errorf("probe: resourceVersion %q", list.Metadata.ResourceVersion)
+		return 0, 0, fmt.Errorf("probe: resourceVersion %q", list.Metadata.ResourceVersion)
 	}
-	return rv, nil
+	return rv, len(list.Items), nil
 }
 
 // prove returns L, a revision such that a store holding every change up to
@@ -567,6 +598,8 @@ const (
 	// pathDirectCheaper: the fast path did not prove a small read, which
 	// passes through instead of waiting for an auxiliary watch.
 	pathDirectCheaper = "direct_cheaper"
+	// pathEmpty: the emptiness probe proved an empty store's read.
+	pathEmpty = "empty"
 
 	auxBookmark = "bookmark"
 	// auxNoBookmark: no bookmark, and none in the stores' feeds lately.
@@ -635,7 +668,7 @@ func (m *apiserverMetrics) observeProbe(d time.Duration, err error) {
 // exportResource exports every path and result of resource from the start,
 // so that rates work before the first of each.
 func (m *apiserverMetrics) exportResource(resource string) {
-	for _, path := range []string{pathFast, pathAux, pathNoBookmarks, pathInconclusive, pathTimeout, pathDirectCheaper} {
+	for _, path := range []string{pathFast, pathAux, pathNoBookmarks, pathInconclusive, pathTimeout, pathDirectCheaper, pathEmpty} {
 		m.proofs.WithLabelValues(resource, path)
 	}
 	for _, result := range []string{auxBookmark, auxNoBookmark, auxMissedBookmark, auxExpired, auxError} {

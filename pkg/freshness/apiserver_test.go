@@ -1241,7 +1241,8 @@ func TestConsistentThroughAPIServerSmallRead(t *testing.T) {
 
 // With etcd, an empty resource, whose etcd prefix cannot be verified (no
 // key shows where the apiserver keeps it), has its consistent reads
-// proven through the apiserver instead of passing through; a prefix that
+// proven through the apiserver (by its emptiness probe) instead of
+// passing through; a prefix that
 // disagrees with the store, and any without a proof through the
 // apiserver, pass through as before.
 func TestConsistentWithEtcdUnverifiedPrefixProvenThroughAPIServer(t *testing.T) {
@@ -1262,10 +1263,12 @@ func TestConsistentWithEtcdUnverifiedPrefixProvenThroughAPIServer(t *testing.T) 
 			Store: emptyStore(), Resource: "configmaps", Prefix: "/registry/configmaps/", Timeout: 20 * time.Second,
 		})
 		res := readWith(p)
-		h.answerProbe(t, probeList(12))
-		w := h.watchOpened(t, listedAt)
-		w.steps <- watchStep{events: []string{bookmark(12)}}
+		probe := h.answerProbe(t, probeList(12))
+		if probe.path != "/api/v1/configmaps" || probe.query != "limit=1" {
+			t.Errorf("probe %s?%s, want the emptiness probe /api/v1/configmaps?limit=1", probe.path, probe.query)
+		}
 		checkServed(t, recv(t, res, "read"), 12, listedAt)
+		h.noMoreWatches(t)
 	})
 	t.Run("wrong_prefix_passes_through", func(t *testing.T) {
 		// A store holding an object etcd does not hold under the prefix:
@@ -1323,5 +1326,97 @@ func TestUnchangedThroughAPIServer(t *testing.T) {
 			t.Error("Unchanged(to, to) must hold and Unchanged(to+1, to) must not")
 		}
 		h.noMoreWatches(t)
+	})
+}
+
+// listOf is a consistent LIST's answer at rv holding the named objects.
+func listOf(rv uint64, names ...string) probeAnswer {
+	var items []string
+	for _, n := range names {
+		items = append(items, fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"default"}}`, n))
+	}
+	return probeAnswer{status: http.StatusOK, body: fmt.Sprintf(`{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"%d"},"items":[%s]}`, rv, strings.Join(items, ","))}
+}
+
+// A store that holds no object is proven by the emptiness probe, a
+// consistent LIST of at most one object of the whole collection: none at
+// R serves the store's empty snapshot at R at once, small read or not,
+// whatever changes up to R its feed has yet to deliver; an object in the
+// answer, or in the store by the time the probe answered, leaves the read
+// to the usual probe and auxiliary watch.
+func TestConsistentThroughAPIServerEmptyResource(t *testing.T) {
+	emptyHarness := func(t *testing.T) *proofHarness {
+		h := newProofHarness(t, harnessConfig{})
+		relist(h.store, listedAt)
+		return h
+	}
+	t.Run("resource_empty_served_at_R", func(t *testing.T) {
+		for _, small := range []bool{false, true} {
+			h := emptyHarness(t)
+			read := readWith
+			if small {
+				read = readSmall
+			}
+			res := read(h.p)
+			probe := h.answerProbe(t, listOf(12))
+			if probe.path != "/api/v1/pods" || probe.query != "limit=1" {
+				t.Errorf("probe %s?%s, want /api/v1/pods?limit=1", probe.path, probe.query)
+			}
+			got := recv(t, res, "read")
+			checkServed(t, got, 12, listedAt)
+			if got.snap.Len() != 0 {
+				t.Errorf("served %d objects, want none", got.snap.Len())
+			}
+			h.noMoreWatches(t)
+			if got := h.proofs(pathEmpty); got != 1 {
+				t.Errorf("empty proofs = %v, want 1", got)
+			}
+			if p := h.store.Progress(); p != listedAt {
+				t.Errorf("store progress %d after an emptiness proof, want %d: it does not hold the changes up to R", p, listedAt)
+			}
+		}
+	})
+	t.Run("resource_not_empty_proven_by_aux_watch", func(t *testing.T) {
+		h := emptyHarness(t)
+		res := readWith(h.p)
+		h.answerProbe(t, listOf(12, "b"))
+		h.answerProbe(t, probeList(12))
+		w := h.watchOpened(t, listedAt)
+		w.steps <- watchStep{events: []string{added("b", 11), bookmark(12)}}
+		select {
+		case got := <-res:
+			t.Fatalf("read ended before the store held b: %q at %d", got.outcome, got.rv)
+		case <-time.After(50 * time.Millisecond):
+		}
+		apply(h.store, change{name: "b", rv: 11})
+		got := recv(t, res, "read")
+		checkServed(t, got, 12, 11)
+		if got.snap.Len() != 1 {
+			t.Errorf("served %d objects, want b", got.snap.Len())
+		}
+	})
+	t.Run("store_gains_an_object_during_the_probe", func(t *testing.T) {
+		h := emptyHarness(t)
+		res := readWith(h.p)
+		probe := recv(t, h.api.probes, "emptiness probe")
+		apply(h.store, change{name: "b", rv: 11})
+		probe.reply <- listOf(12)
+		h.answerProbe(t, probeList(12))
+		w := h.watchOpened(t, 11)
+		w.steps <- watchStep{events: []string{bookmark(12)}}
+		got := recv(t, res, "read")
+		checkServed(t, got, 12, 11)
+		if got.snap.Len() != 1 {
+			t.Errorf("served %d objects, want b", got.snap.Len())
+		}
+		if got := h.proofs(pathEmpty); got != 0 {
+			t.Errorf("empty proofs = %v, want 0", got)
+		}
+	})
+	t.Run("probe_fails", func(t *testing.T) {
+		h := emptyHarness(t)
+		res := readWith(h.p)
+		h.answerProbe(t, probeAnswer{status: http.StatusForbidden, body: `{}`})
+		checkPassedThrough(t, recv(t, res, "read"), ProbeFailed)
 	})
 }

@@ -212,8 +212,15 @@ func (p *Prover) throughAPIServer() *apiserverProof {
 // proof: probe the resource's current revision R through the apiserver,
 // learn the last change L ≤ R from the store's own feed or an auxiliary
 // watch, wait for the store to hold L, and serve at max(snapshot RV, R).
-// A small read (ConsistentIfCheap) takes the fast path only.
+// A small read (ConsistentIfCheap) takes the fast path only. A store
+// holding no object is proven by the emptiness probe when the resource
+// holds none either (provenEmpty).
 func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserverProof, small bool) (*snapshot.Snapshot, uint64, Outcome) {
+	if snap, rv, err := p.provenEmpty(ctx, proof); err == nil {
+		return snap, rv, Served
+	} else if !errors.Is(err, errNotEmpty) {
+		return nil, 0, ProbeFailed
+	}
 	rev, _, err := proof.shared.probes.current(ctx)
 	if err != nil {
 		return nil, 0, ProbeFailed
@@ -231,6 +238,31 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserve
 		return nil, 0, ProgressTimeout
 	}
 	return snap, max(rv, r), Served
+}
+
+// provenEmpty proves a consistent read of a store that holds no object:
+// the emptiness probe (a consistent LIST of at most one object) finding
+// none at its revision R proves the resource empty at R, and the store's
+// snapshot, taken after the probe, still empty at its own S, is then the
+// state at max(S, R): the changes up to R that its feed may yet deliver
+// cancel out (a watch subscribed at R skips them). The store's progress is
+// not advanced: it does not hold them. errNotEmpty when the store is not
+// synced or holds an object, or the resource does; any other error when
+// the probe failed.
+func (p *Prover) provenEmpty(ctx context.Context, proof *apiserverProof) (*snapshot.Snapshot, uint64, error) {
+	if snap, _, err := p.cfg.Store.Latest(); err != nil || snap.Len() > 0 {
+		return nil, 0, errNotEmpty
+	}
+	rev, _, err := proof.shared.emptyProbes.current(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	snap, rv, err := p.cfg.Store.Latest()
+	if err != nil || snap.Len() > 0 {
+		return nil, 0, errNotEmpty
+	}
+	proof.shared.api.metrics.proof(proof.shared.resource, pathEmpty)
+	return snap, max(rv, uint64(rev)), nil
 }
 
 // proveThroughAPIServerAndWait is proveAndWait without etcd: the store's

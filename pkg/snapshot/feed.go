@@ -256,14 +256,19 @@ type Cursor struct {
 	f   *feed
 	gen uint64
 	seq uint64
+	// after is the resourceVersion the cursor was subscribed at: changes
+	// at or before it, appended later, are skipped.
+	after uint64
 }
 
 // Subscribe returns a cursor at the first change after rv. The store must
 // hold every change after rv: ErrNotRetained when rv is older than its
 // history of changes (or from before its last relist). rv may be past the
 // store's progress when the caller proved that no change of the resource
-// lies between the two (a consistent read); the cursor then starts at the
-// next change.
+// lies between the two (a consistent read), or that the store's snapshot
+// is the state at rv (an empty resource); the cursor then starts at the
+// first change after rv, skipping those up to rv the store has yet to
+// hold.
 func (s *Store) Subscribe(rv uint64) (*Cursor, error) {
 	f := s.feed
 	f.mu.RLock()
@@ -277,7 +282,7 @@ func (s *Store) Subscribe(rv uint64) (*Cursor, error) {
 	n := uint64(len(f.ring))
 	count := int(f.next - f.first)
 	i := sort.Search(count, func(i int) bool { return f.ring[(f.first+uint64(i))%n].RV > rv })
-	return &Cursor{f: f, gen: f.gen, seq: f.first + uint64(i)}, nil
+	return &Cursor{f: f, gen: f.gen, seq: f.first + uint64(i), after: rv}, nil
 }
 
 // FeedSince returns the resourceVersion after which the feed holds every
@@ -309,9 +314,11 @@ func (c *Cursor) Read(dst []Event) ([]Event, error) {
 		room = 64
 	}
 	n := uint64(len(f.ring))
-	for ; c.seq < f.next && room > 0; room-- {
-		dst = append(dst, f.ring[c.seq%n])
-		c.seq++
+	for ; c.seq < f.next && room > 0; c.seq++ {
+		if ev := f.ring[c.seq%n]; ev.RV > c.after {
+			dst = append(dst, ev)
+			room--
+		}
 	}
 	return dst, nil
 }

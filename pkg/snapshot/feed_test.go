@@ -117,6 +117,28 @@ func TestFeed(t *testing.T) {
 	}
 }
 
+// A cursor subscribed past the store's progress (the store's snapshot
+// proven to be the state there) skips the changes up to its resourceVersion
+// that the store receives afterwards, and reads those after it.
+func TestSubscribePastProgressSkipsChangesUpToIt(t *testing.T) {
+	s := NewStore(StoreConfig{EventHistory: 8})
+	s.Replace(nil, 10)
+	c, err := s.Subscribe(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Apply(Change{Entry: entry("a", "p1", 12, "")}, 12)
+	s.Apply(Change{Deleted: true, Entry: entry("a", "p1", 20, "")}, 20)
+	s.Apply(Change{Entry: entry("a", "p2", 21, "")}, 21)
+	got, err := c.Read(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"ADDED a/p2@21"}, feedEvents(got)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
 func TestFeedEndsCursors(t *testing.T) {
 	tests := []struct {
 		name  string
