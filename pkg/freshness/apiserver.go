@@ -37,12 +37,14 @@ import (
 //     delivered every event in (S, R]; the last of them, L (or S), is all
 //     the store must hold, and then its snapshot is the state at R.
 //
-// A store that holds no object probes with a consistent LIST of at most
-// one object of the whole collection instead: no object at its revision R
-// proves the resource empty at R, so the store's empty snapshot is the
-// state at R without waiting for any watch (the changes in between that
-// its feed has yet to deliver cancel out, and a watch served at R starts
-// after them).
+// A small store (at most StateProofMaxObjects objects) whose fast path
+// fails has a consistent read proven by a state probe before any
+// auxiliary watch (an empty store by the state probe alone, as its probe):
+// a consistent LIST of the resource's metadata at R' ≥ R that holds
+// exactly the store's objects at the same resourceVersions shows that the
+// store's snapshot is the state at R', without waiting for a bookmark (the
+// changes up to R' that its feed may yet deliver cancel out, and a watch
+// served at R' starts after them).
 //
 // Nothing is inferred across two streams or from timing.
 
@@ -52,6 +54,11 @@ const (
 	// before it turns to an auxiliary watch: a busy resource's next event
 	// usually arrives sooner.
 	DefaultFastWait = 50 * time.Millisecond
+	// DefaultStateProofMaxObjects is the most objects a store may hold for
+	// its consistent reads to be proven by a state probe: a LIST of as
+	// many objects' metadata costs the apiserver about what one client's
+	// LIST of them does, and answers in milliseconds. Not measured.
+	DefaultStateProofMaxObjects = 200
 	// DefaultAuxTimeoutSeconds is an auxiliary watch's timeoutSeconds. The
 	// apiserver sends a watch one bookmark 2 s before its deadline (bucketed
 	// to its 1 s dispatch tick), so 3 s yields exactly one, within 0–2.25 s.
@@ -97,6 +104,9 @@ type APIServerConfig struct {
 	// FastWait and AuxTimeoutSeconds: 0 selects the defaults.
 	FastWait          time.Duration
 	AuxTimeoutSeconds int
+	// StateProofMaxObjects: 0 selects DefaultStateProofMaxObjects; a
+	// negative value turns state probes off.
+	StateProofMaxObjects int
 	// Clock times how long a resource is taken to have no bookmarks; nil
 	// selects the real clock.
 	Clock clock.PassiveClock
@@ -127,6 +137,9 @@ func NewAPIServer(cfg APIServerConfig) (*APIServer, error) {
 	if cfg.AuxTimeoutSeconds <= 0 {
 		cfg.AuxTimeoutSeconds = DefaultAuxTimeoutSeconds
 	}
+	if cfg.StateProofMaxObjects == 0 {
+		cfg.StateProofMaxObjects = DefaultStateProofMaxObjects
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -148,8 +161,9 @@ var (
 	// errFastPathOnly: the store's own feed did not reach the revision
 	// within FastWait, and the caller asked for no auxiliary watch.
 	errFastPathOnly = errors.New("the fast path did not prove the read, and no auxiliary watch was asked for")
-	// errNotEmpty: the emptiness probe found an object.
-	errNotEmpty = errors.New("the resource holds an object")
+	// errStateDiffers: the state probe did not show the store's
+	// snapshot, or the store is too large for one.
+	errStateDiffers = errors.New("the resource's state is not the store's")
 )
 
 // resourceProof is what the stores of one resource share: one probe in
@@ -160,15 +174,15 @@ type resourceProof struct {
 	resource string
 	path     string // the resource's collection path, watched by auxiliary watches
 	probeURL string // the name-scoped consistent LIST
-	probes   sharedProbe
-	// emptyURL is a consistent LIST of at most one object of the whole
-	// collection; emptyProbes reads its revision when it holds none, and
-	// fails with errNotEmpty otherwise.
-	emptyURL    string
-	emptyProbes sharedProbe
-	ctx         context.Context // ends auxiliary watches with the last store
-	cancel      context.CancelFunc
-	refs        int // stores using it; guarded by api.mu
+	probes   sharedProbe[int64]
+	// stateURL is a consistent LIST of the metadata of at most
+	// StateProofMaxObjects+1 objects of the whole collection; states
+	// reads it.
+	stateURL string
+	states   sharedProbe[*resourceState]
+	ctx      context.Context // ends auxiliary watches with the last store
+	cancel   context.CancelFunc
+	refs     int // stores using it; guarded by api.mu
 
 	mu     sync.Mutex        // guards the fields below
 	stores []*snapshot.Store // their feeds' bookmarks are evidence of a watch cache
@@ -213,12 +227,12 @@ func (api *APIServer) acquire(resource, path string, namespaced bool, store *sna
 			resource: resource,
 			path:     path,
 			probeURL: api.cfg.Host + probePath + "?" + q.Encode(),
-			emptyURL: api.cfg.Host + path + "?limit=1",
+			stateURL: api.cfg.Host + path + "?limit=" + strconv.Itoa(max(api.cfg.StateProofMaxObjects, 0)+1),
 			ctx:      ctx,
 			cancel:   cancel,
 		}
 		r.probes.read = r.readRevision
-		r.emptyProbes.read = r.readEmptyRevision
+		r.states.read = r.readState
 		api.resources[path] = r
 		api.metrics.exportResource(resource)
 	}
@@ -250,79 +264,141 @@ func (api *APIServer) release(r *resourceProof, store *snapshot.Store) {
 // readRevision sends the probe: the resourceVersion of a consistent LIST.
 func (r *resourceProof) readRevision(ctx context.Context) (int64, error) {
 	start := time.Now()
-	rev, _, err := r.list(ctx, r.probeURL)
+	var list metaList
+	err := r.list(ctx, r.probeURL, &list)
 	r.api.metrics.observeProbe(time.Since(start), err)
-	return rev, err
-}
-
-// readEmptyRevision sends the emptiness probe: the resourceVersion of a
-// consistent LIST of at most one object, or errNotEmpty when it holds one.
-func (r *resourceProof) readEmptyRevision(ctx context.Context) (int64, error) {
-	start := time.Now()
-	rev, items, err := r.list(ctx, r.emptyURL)
-	r.api.metrics.observeProbe(time.Since(start), err)
-	if err == nil && items > 0 {
-		return 0, errNotEmpty
+	if err != nil {
+		return 0, err
 	}
-	return rev, err
+	return int64(list.rev), nil
 }
 
-// list sends a consistent LIST of metadata to url and returns its
-// resourceVersion and how many objects it held.
-func (r *resourceProof) list(ctx context.Context, url string) (rev int64, items int, err error) {
+// resourceState is what a state probe read: the revision R of a
+// consistent LIST of the resource's metadata and, when it held every
+// object, their resourceVersions by key.
+type resourceState struct {
+	rev     uint64
+	objects map[string]uint64 // nil: the resource holds more than the probe's limit
+}
+
+// is reports whether snap holds exactly the objects of st, each at the
+// same resourceVersion: then snap is the state at st.rev (an object's
+// resourceVersion names one version of it).
+func (st *resourceState) is(snap *snapshot.Snapshot) bool {
+	if st.objects == nil || len(st.objects) != snap.Len() {
+		return false
+	}
+	same := true
+	snap.Ascend(func(e *snapshot.Entry) bool {
+		rv, ok := st.objects[e.Key]
+		same = ok && rv == e.RV
+		return same
+	})
+	return same
+}
+
+// readState sends the state probe.
+func (r *resourceProof) readState(ctx context.Context) (*resourceState, error) {
+	start := time.Now()
+	var list metaList
+	err := r.list(ctx, r.stateURL, &list)
+	r.api.metrics.observeProbe(time.Since(start), err)
+	if err != nil {
+		return nil, err
+	}
+	st := &resourceState{rev: list.rev}
+	if list.Metadata.Continue != "" || len(list.Items) > r.api.cfg.StateProofMaxObjects {
+		return st, nil
+	}
+	st.objects = make(map[string]uint64, len(list.Items))
+	for _, it := range list.Items {
+		rv, err := strconv.ParseUint(it.Metadata.ResourceVersion, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("state probe: %s/%s: resourceVersion %q", it.Metadata.Namespace, it.Metadata.Name, it.Metadata.ResourceVersion)
+		}
+		st.objects[snapshot.ObjectKey(it.Metadata.Namespace, it.Metadata.Name)] = rv
+	}
+	return st, nil
+}
+
+// metaList is the part of a PartialObjectMetadataList probes read.
+type metaList struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+		Continue        string `json:"continue"`
+	} `json:"metadata"`
+	Items []struct {
+		Metadata struct {
+			Name            string `json:"name"`
+			Namespace       string `json:"namespace"`
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	} `json:"items"`
+	rev uint64 // Metadata.ResourceVersion, parsed
+}
+
+// list sends a consistent LIST of metadata to url and decodes its answer
+// into list.
+func (r *resourceProof) list(ctx context.Context, url string, list *metaList) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	req.Header.Set("Accept", wire.MetaJSON.ListAccept())
 	req.Header.Set("User-Agent", "listproxy")
 	resp, err := r.api.cfg.Client.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return 0, 0, err
+		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("probe: HTTP %d: %.200s", resp.StatusCode, body)
+		return fmt.Errorf("probe: HTTP %d: %.200s", resp.StatusCode, body)
 	}
-	var list struct {
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-		Items []json.RawMessage `json:"items"`
+	if err := json.Unmarshal(body, list); err != nil {
+		return fmt.Errorf("probe: %w", err)
 	}
-	if err := json.Unmarshal(body, &list); err != nil {
-		return 0, 0, fmt.Errorf("probe: %w", err)
+	rv, err := strconv.ParseUint(list.Metadata.ResourceVersion, 10, 64)
+	if err != nil || rv == 0 {
+		return fmt.Errorf("probe: resourceVersion %q", list.Metadata.ResourceVersion)
 	}
-	rv, err := strconv.ParseInt(list.Metadata.ResourceVersion, 10, 64)
-	if err != nil || rv <= 0 {
-		return 0, 0, fmt.Errorf("probe: resourceVersion %q", list.Metadata.ResourceVersion)
-	}
-	return rv, len(list.Items), nil
+	list.rev = rv
+	return nil
 }
 
+// Steps of a proof through the apiserver (apiserverProof.prove).
+type proofSteps int
+
+const (
+	// stepFast: the store's own feed reaching R within FastWait.
+	stepFast proofSteps = 1 << iota
+	// stepAux: up to two auxiliary watches.
+	stepAux
+)
+
 // prove returns L, a revision such that a store holding every change up to
-// L holds the state at R: the fast path, or, when orAux, up to two
-// auxiliary watches. Without orAux a read the fast path does not prove
-// fails at once with errFastPathOnly, and no auxiliary watch is opened.
-func (a *apiserverProof) prove(ctx context.Context, r uint64, orAux bool) (uint64, error) {
+// L holds the state at R, by the steps asked for in order. A read the fast
+// path does not prove, without stepAux, fails at once with
+// errFastPathOnly, and no auxiliary watch is opened.
+func (a *apiserverProof) prove(ctx context.Context, r uint64, steps proofSteps) (uint64, error) {
 	res := a.shared
-	fast, cancel := context.WithTimeout(ctx, res.api.cfg.FastWait)
-	_, _, err := a.store.WaitFor(fast, r)
-	cancel()
-	if err == nil {
-		res.api.metrics.proof(res.resource, pathFast)
-		return r, nil
+	if steps&stepFast != 0 {
+		fast, cancel := context.WithTimeout(ctx, res.api.cfg.FastWait)
+		_, _, err := a.store.WaitFor(fast, r)
+		cancel()
+		if err == nil {
+			res.api.metrics.proof(res.resource, pathFast)
+			return r, nil
+		}
+		if ctx.Err() != nil {
+			res.api.metrics.proof(res.resource, pathTimeout)
+			return 0, ctx.Err()
+		}
 	}
-	if ctx.Err() != nil {
-		res.api.metrics.proof(res.resource, pathTimeout)
-		return 0, ctx.Err()
-	}
-	if !orAux {
-		res.api.metrics.proof(res.resource, pathDirectCheaper)
+	if steps&stepAux == 0 {
 		return 0, errFastPathOnly
 	}
 	for range 2 {
@@ -598,8 +674,8 @@ const (
 	// pathDirectCheaper: the fast path did not prove a small read, which
 	// passes through instead of waiting for an auxiliary watch.
 	pathDirectCheaper = "direct_cheaper"
-	// pathEmpty: the emptiness probe proved an empty store's read.
-	pathEmpty = "empty"
+	// pathState: a state probe showed the store's snapshot.
+	pathState = "state"
 
 	auxBookmark = "bookmark"
 	// auxNoBookmark: no bookmark, and none in the stores' feeds lately.
@@ -668,7 +744,7 @@ func (m *apiserverMetrics) observeProbe(d time.Duration, err error) {
 // exportResource exports every path and result of resource from the start,
 // so that rates work before the first of each.
 func (m *apiserverMetrics) exportResource(resource string) {
-	for _, path := range []string{pathFast, pathAux, pathNoBookmarks, pathInconclusive, pathTimeout, pathDirectCheaper, pathEmpty} {
+	for _, path := range []string{pathFast, pathAux, pathNoBookmarks, pathInconclusive, pathTimeout, pathDirectCheaper, pathState} {
 		m.proofs.WithLabelValues(resource, path)
 	}
 	for _, result := range []string{auxBookmark, auxNoBookmark, auxMissedBookmark, auxExpired, auxError} {

@@ -256,6 +256,10 @@ type harnessConfig struct {
 	auxTimeoutSeconds int                     // default 3
 	timeout           time.Duration           // the proof's; default 20s
 	clock             *clocktesting.FakeClock // the APIServer's; default the real clock
+	// stateProofMaxObjects: 0 turns state probes off, so that the
+	// harness's store of one object is proven by its feed or auxiliary
+	// watches.
+	stateProofMaxObjects int
 }
 
 // listedAt is the store's list before each test: object a, at 10.
@@ -277,6 +281,10 @@ func newProofHarness(t *testing.T, cfg harnessConfig) *proofHarness {
 	apiCfg := APIServerConfig{
 		Client: h.api.srv.Client(), Host: h.api.srv.URL,
 		FastWait: cfg.fastWait, AuxTimeoutSeconds: cfg.auxTimeoutSeconds,
+		StateProofMaxObjects: -1,
+	}
+	if cfg.stateProofMaxObjects > 0 {
+		apiCfg.StateProofMaxObjects = cfg.stateProofMaxObjects
 	}
 	if cfg.clock != nil {
 		apiCfg.Clock = cfg.clock
@@ -1251,7 +1259,7 @@ func TestConsistentWithEtcdUnverifiedPrefixProvenThroughAPIServer(t *testing.T) 
 	for range listedAt { // etcd's revision passes the stores'
 		put(t, client, "/registry/other/x")
 	}
-	h := newProofHarness(t, harnessConfig{})
+	h := newProofHarness(t, harnessConfig{stateProofMaxObjects: 200})
 	emptyStore := func() *snapshot.Store {
 		s := snapshot.NewStore(snapshot.StoreConfig{})
 		relist(s, listedAt)
@@ -1264,8 +1272,8 @@ func TestConsistentWithEtcdUnverifiedPrefixProvenThroughAPIServer(t *testing.T) 
 		})
 		res := readWith(p)
 		probe := h.answerProbe(t, probeList(12))
-		if probe.path != "/api/v1/configmaps" || probe.query != "limit=1" {
-			t.Errorf("probe %s?%s, want the emptiness probe /api/v1/configmaps?limit=1", probe.path, probe.query)
+		if probe.path != "/api/v1/configmaps" || probe.query != "limit=201" {
+			t.Errorf("probe %s?%s, want the state probe /api/v1/configmaps?limit=201", probe.path, probe.query)
 		}
 		checkServed(t, recv(t, res, "read"), 12, listedAt)
 		h.noMoreWatches(t)
@@ -1329,57 +1337,94 @@ func TestUnchangedThroughAPIServer(t *testing.T) {
 	})
 }
 
-// listOf is a consistent LIST's answer at rv holding the named objects.
-func listOf(rv uint64, names ...string) probeAnswer {
+// listOf is a consistent LIST's answer at rv holding the objects given as
+// "name@resourceVersion", in namespace default.
+func listOf(rv uint64, objects ...string) probeAnswer {
 	var items []string
-	for _, n := range names {
-		items = append(items, fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"default"}}`, n))
+	for _, o := range objects {
+		name, orv, _ := strings.Cut(o, "@")
+		items = append(items, fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"default","resourceVersion":%q}}`, name, orv))
 	}
 	return probeAnswer{status: http.StatusOK, body: fmt.Sprintf(`{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"%d"},"items":[%s]}`, rv, strings.Join(items, ","))}
 }
 
-// A store that holds no object is proven by the emptiness probe, a
-// consistent LIST of at most one object of the whole collection: none at
-// R serves the store's empty snapshot at R at once, small read or not,
-// whatever changes up to R its feed has yet to deliver; an object in the
-// answer, or in the store by the time the probe answered, leaves the read
-// to the usual probe and auxiliary watch.
-func TestConsistentThroughAPIServerEmptyResource(t *testing.T) {
-	emptyHarness := func(t *testing.T) *proofHarness {
-		h := newProofHarness(t, harnessConfig{})
-		relist(h.store, listedAt)
+// A small store (at most StateProofMaxObjects objects) whose own feed
+// does not prove a consistent read is compared with a state probe, a
+// consistent LIST of the whole collection's metadata, before any
+// auxiliary watch: the same objects at the same resourceVersions at R'
+// serve the store's snapshot at R' at once, small read or not, whatever
+// changes up to R' its feed has yet to deliver (its progress stays). An
+// empty store's probe is the state probe alone. A state that differs, a
+// resource larger than the limit, or a store that changed meanwhile
+// leaves the read to the auxiliary watch (or, for a small read, to the
+// apiserver); a larger store never sends one.
+func TestConsistentThroughAPIServerStateProbe(t *testing.T) {
+	const stateQuery = "limit=3"
+	harness := func(t *testing.T, objects ...change) *proofHarness {
+		h := newProofHarness(t, harnessConfig{stateProofMaxObjects: 2})
+		relist(h.store, listedAt, objects...)
 		return h
 	}
-	t.Run("resource_empty_served_at_R", func(t *testing.T) {
-		for _, small := range []bool{false, true} {
-			h := emptyHarness(t)
-			read := readWith
-			if small {
-				read = readSmall
-			}
-			res := read(h.p)
-			probe := h.answerProbe(t, listOf(12))
-			if probe.path != "/api/v1/pods" || probe.query != "limit=1" {
-				t.Errorf("probe %s?%s, want /api/v1/pods?limit=1", probe.path, probe.query)
-			}
-			got := recv(t, res, "read")
-			checkServed(t, got, 12, listedAt)
-			if got.snap.Len() != 0 {
-				t.Errorf("served %d objects, want none", got.snap.Len())
-			}
-			h.noMoreWatches(t)
-			if got := h.proofs(pathEmpty); got != 1 {
-				t.Errorf("empty proofs = %v, want 1", got)
-			}
-			if p := h.store.Progress(); p != listedAt {
-				t.Errorf("store progress %d after an emptiness proof, want %d: it does not hold the changes up to R", p, listedAt)
-			}
+	answerState := func(t *testing.T, h *proofHarness, a probeAnswer) {
+		t.Helper()
+		probe := h.answerProbe(t, a)
+		if probe.path != "/api/v1/pods" || probe.query != stateQuery {
+			t.Errorf("probe %s?%s, want the state probe /api/v1/pods?%s", probe.path, probe.query, stateQuery)
 		}
-	})
-	t.Run("resource_not_empty_proven_by_aux_watch", func(t *testing.T) {
-		h := emptyHarness(t)
+	}
+	served := func(t *testing.T, h *proofHarness, got readResult, at uint64, objects int) {
+		t.Helper()
+		checkServed(t, got, at, listedAt)
+		if got.snap.Len() != objects {
+			t.Errorf("served %d objects, want %d", got.snap.Len(), objects)
+		}
+		h.noMoreWatches(t)
+		if got := h.proofs(pathState); got != 1 {
+			t.Errorf("state proofs = %v, want 1", got)
+		}
+		if p := h.store.Progress(); p != listedAt {
+			t.Errorf("store progress %d after a state proof, want %d: it does not hold the changes up to R", p, listedAt)
+		}
+	}
+	for _, small := range []bool{false, true} {
+		read := readWith
+		if small {
+			read = readSmall
+		}
+		t.Run(fmt.Sprintf("small_read=%v", small), func(t *testing.T) {
+			t.Run("empty_store_and_resource_served_at_R", func(t *testing.T) {
+				h := harness(t)
+				res := read(h.p)
+				answerState(t, h, listOf(12))
+				served(t, h, recv(t, res, "read"), 12, 0)
+			})
+			t.Run("quiet_store_served_at_R", func(t *testing.T) {
+				h := harness(t, change{name: "a", rv: 5})
+				res := read(h.p)
+				h.answerProbe(t, probeList(12))
+				answerState(t, h, listOf(13, "a@5"))
+				served(t, h, recv(t, res, "read"), 13, 1)
+			})
+			t.Run("state_differs", func(t *testing.T) {
+				h := harness(t, change{name: "a", rv: 5})
+				res := read(h.p)
+				h.answerProbe(t, probeList(12))
+				answerState(t, h, listOf(12, "a@11"))
+				if small {
+					checkPassedThrough(t, recv(t, res, "read"), DirectCheaper)
+					return
+				}
+				w := h.watchOpened(t, listedAt)
+				w.steps <- watchStep{events: []string{modified("a", 11), bookmark(12)}}
+				apply(h.store, change{name: "a", rv: 11})
+				checkServed(t, recv(t, res, "read"), 12, 11)
+			})
+		})
+	}
+	t.Run("empty_store_resource_not_empty", func(t *testing.T) {
+		h := harness(t)
 		res := readWith(h.p)
-		h.answerProbe(t, listOf(12, "b"))
+		answerState(t, h, listOf(12, "b@11"))
 		h.answerProbe(t, probeList(12))
 		w := h.watchOpened(t, listedAt)
 		w.steps <- watchStep{events: []string{added("b", 11), bookmark(12)}}
@@ -1395,10 +1440,10 @@ func TestConsistentThroughAPIServerEmptyResource(t *testing.T) {
 			t.Errorf("served %d objects, want b", got.snap.Len())
 		}
 	})
-	t.Run("store_gains_an_object_during_the_probe", func(t *testing.T) {
-		h := emptyHarness(t)
+	t.Run("store_changes_during_the_state_probe", func(t *testing.T) {
+		h := harness(t)
 		res := readWith(h.p)
-		probe := recv(t, h.api.probes, "emptiness probe")
+		probe := recv(t, h.api.probes, "state probe")
 		apply(h.store, change{name: "b", rv: 11})
 		probe.reply <- listOf(12)
 		h.answerProbe(t, probeList(12))
@@ -1409,12 +1454,31 @@ func TestConsistentThroughAPIServerEmptyResource(t *testing.T) {
 		if got.snap.Len() != 1 {
 			t.Errorf("served %d objects, want b", got.snap.Len())
 		}
-		if got := h.proofs(pathEmpty); got != 0 {
-			t.Errorf("empty proofs = %v, want 0", got)
+		if got := h.proofs(pathState); got != 0 {
+			t.Errorf("state proofs = %v, want 0", got)
 		}
 	})
+	t.Run("resource_larger_than_the_limit", func(t *testing.T) {
+		h := harness(t, change{name: "a", rv: 5}, change{name: "b", rv: 6})
+		res := readWith(h.p)
+		h.answerProbe(t, probeList(12))
+		more := listOf(12, "a@5", "b@6")
+		more.body = strings.Replace(more.body, `"metadata":{"resourceVersion":"12"}`, `"metadata":{"resourceVersion":"12","continue":"x"}`, 1)
+		answerState(t, h, more)
+		w := h.watchOpened(t, listedAt)
+		w.steps <- watchStep{events: []string{bookmark(12)}}
+		checkServed(t, recv(t, res, "read"), 12, listedAt)
+	})
+	t.Run("store_larger_than_the_limit_sends_none", func(t *testing.T) {
+		h := harness(t, change{name: "a", rv: 5}, change{name: "b", rv: 6}, change{name: "c", rv: 7})
+		res := readWith(h.p)
+		h.answerProbe(t, probeList(12))
+		w := h.watchOpened(t, listedAt)
+		w.steps <- watchStep{events: []string{bookmark(12)}}
+		checkServed(t, recv(t, res, "read"), 12, listedAt)
+	})
 	t.Run("probe_fails", func(t *testing.T) {
-		h := emptyHarness(t)
+		h := harness(t)
 		res := readWith(h.p)
 		h.answerProbe(t, probeAnswer{status: http.StatusForbidden, body: `{}`})
 		checkPassedThrough(t, recv(t, res, "read"), ProbeFailed)

@@ -89,7 +89,7 @@ type Checker struct {
 	requestProgress func(ctx context.Context) error
 
 	// probes shares reads of the current revision (readRevision).
-	probes sharedProbe
+	probes sharedProbe[int64]
 
 	// progressMu guards progressWaiters.
 	progressMu sync.Mutex

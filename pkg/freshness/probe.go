@@ -8,15 +8,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// sharedProbe shares reads of a current revision among concurrent callers,
+// sharedProbe shares reads of a current revision (or of a state at one)
+// among concurrent callers,
 // but only a read that started after a caller arrived: one already in
 // flight may have been answered before the caller's arrival and so proves
 // nothing to it. A caller arriving while a read is in flight joins the next
 // one, which starts when the in-flight one ends; so at most one read is in
 // flight per sharedProbe, however many callers wait.
-type sharedProbe struct {
+type sharedProbe[T any] struct {
 	// read reads the current revision.
-	read func(ctx context.Context) (int64, error)
+	read func(ctx context.Context) (T, error)
 
 	// mu guards running and next.
 	mu sync.Mutex
@@ -24,17 +25,17 @@ type sharedProbe struct {
 	running bool
 	// next collects callers that arrived while a read was in flight; it
 	// starts when that read ends. Nil when nobody waits for it.
-	next *probeCall
+	next *probeCall[T]
 }
 
 // probeCall is one read of the current revision, shared by the callers that
 // joined it before it started.
-type probeCall struct {
+type probeCall[T any] struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	// done is closed once rev and err are set.
 	done chan struct{}
-	rev  int64
+	rev  T
 	err  error
 
 	// waiters counts callers still waiting; guarded by sharedProbe.mu.
@@ -45,15 +46,15 @@ type probeCall struct {
 // answered is false when ctx ended first. Then it returns ctx.Err() at
 // once; a read that all its callers have left is cancelled (or never
 // started).
-func (p *sharedProbe) current(ctx context.Context) (rev int64, answered bool, err error) {
+func (p *sharedProbe[T]) current(ctx context.Context) (rev T, answered bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return 0, false, err
+		return rev, false, err
 	}
 	p.mu.Lock()
 	call := p.next
 	if call == nil {
 		pctx, cancel := context.WithCancel(context.Background())
-		call = &probeCall{ctx: pctx, cancel: cancel, done: make(chan struct{})}
+		call = &probeCall[T]{ctx: pctx, cancel: cancel, done: make(chan struct{})}
 		p.next = call
 	}
 	call.waiters++
@@ -75,20 +76,20 @@ func (p *sharedProbe) current(ctx context.Context) (rev int64, answered bool, er
 			call.cancel()
 		}
 		p.mu.Unlock()
-		return 0, false, ctx.Err()
+		return rev, false, ctx.Err()
 	}
 }
 
 // startLocked starts p.next. p.mu must be held, no read may be running,
 // and p.next must be non-nil.
-func (p *sharedProbe) startLocked() {
+func (p *sharedProbe[T]) startLocked() {
 	call := p.next
 	p.next = nil
 	p.running = true
 	go p.run(call)
 }
 
-func (p *sharedProbe) run(call *probeCall) {
+func (p *sharedProbe[T]) run(call *probeCall[T]) {
 	call.rev, call.err = p.read(call.ctx)
 	call.cancel()
 

@@ -212,24 +212,49 @@ func (p *Prover) throughAPIServer() *apiserverProof {
 // proof: probe the resource's current revision R through the apiserver,
 // learn the last change L ≤ R from the store's own feed or an auxiliary
 // watch, wait for the store to hold L, and serve at max(snapshot RV, R).
-// A small read (ConsistentIfCheap) takes the fast path only. A store
-// holding no object is proven by the emptiness probe when the resource
-// holds none either (provenEmpty).
+// A small store whose own feed does not prove the read is compared with a
+// state probe first (provenByState), and an empty one with a state probe
+// alone, as its probe. A small read (ConsistentIfCheap) opens no
+// auxiliary watch.
 func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserverProof, small bool) (*snapshot.Snapshot, uint64, Outcome) {
-	if snap, rv, err := p.provenEmpty(ctx, proof); err == nil {
-		return snap, rv, Served
-	} else if !errors.Is(err, errNotEmpty) {
-		return nil, 0, ProbeFailed
+	byState := false
+	if snap, _, err := p.cfg.Store.Latest(); err == nil {
+		byState = snap.Len() <= proof.shared.api.cfg.StateProofMaxObjects
+		if byState && snap.Len() == 0 {
+			snap, rv, err := p.provenByState(ctx, proof)
+			switch {
+			case err == nil:
+				return snap, rv, Served
+			case !errors.Is(err, errStateDiffers):
+				return nil, 0, ProbeFailed
+			}
+			byState = false // the resource is not empty: the store is behind
+		}
 	}
 	rev, _, err := proof.shared.probes.current(ctx)
 	if err != nil {
 		return nil, 0, ProbeFailed
 	}
 	r := uint64(rev)
-	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, proof, r, !small)
+	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, proof, r, stepFast)
+	if errors.Is(err, errFastPathOnly) && byState {
+		snap, rv, err = p.provenByState(ctx, proof)
+		switch {
+		case err == nil:
+			return snap, rv, Served
+		case !errors.Is(err, errStateDiffers):
+			return nil, 0, ProbeFailed
+		}
+		err = errFastPathOnly
+	}
+	if errors.Is(err, errFastPathOnly) {
+		if small {
+			proof.shared.api.metrics.proof(proof.shared.resource, pathDirectCheaper)
+			return nil, 0, DirectCheaper
+		}
+		snap, rv, _, err = p.proveThroughAPIServerAndWait(ctx, proof, r, stepAux)
+	}
 	switch {
-	case errors.Is(err, errFastPathOnly):
-		return nil, 0, DirectCheaper
 	case errors.Is(err, errNoBookmarks):
 		return nil, 0, NoBookmarks
 	case errors.Is(err, errStoreBehind):
@@ -240,29 +265,26 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserve
 	return snap, max(rv, r), Served
 }
 
-// provenEmpty proves a consistent read of a store that holds no object:
-// the emptiness probe (a consistent LIST of at most one object) finding
-// none at its revision R proves the resource empty at R, and the store's
-// snapshot, taken after the probe, still empty at its own S, is then the
-// state at max(S, R): the changes up to R that its feed may yet deliver
-// cancel out (a watch subscribed at R skips them). The store's progress is
-// not advanced: it does not hold them. errNotEmpty when the store is not
-// synced or holds an object, or the resource does; any other error when
-// the probe failed.
-func (p *Prover) provenEmpty(ctx context.Context, proof *apiserverProof) (*snapshot.Snapshot, uint64, error) {
-	if snap, _, err := p.cfg.Store.Latest(); err != nil || snap.Len() > 0 {
-		return nil, 0, errNotEmpty
-	}
-	rev, _, err := proof.shared.emptyProbes.current(ctx)
+// provenByState proves a consistent read with a state probe: a
+// consistent LIST of the resource's metadata at R (sent after the read
+// arrived) holding exactly the objects of the store's snapshot, taken after
+// the answer, at the same resourceVersions shows that the snapshot, at its
+// own S, is the state at max(S, R). The changes up to R that the store's
+// feed may yet deliver cancel out (a watch subscribed at R skips them), so
+// the store's progress is not raised: it does not hold them.
+// errStateDiffers when the store is not synced or the state differs; any
+// other error when the probe failed.
+func (p *Prover) provenByState(ctx context.Context, proof *apiserverProof) (*snapshot.Snapshot, uint64, error) {
+	st, _, err := proof.shared.states.current(ctx)
 	if err != nil {
 		return nil, 0, err
 	}
 	snap, rv, err := p.cfg.Store.Latest()
-	if err != nil || snap.Len() > 0 {
-		return nil, 0, errNotEmpty
+	if err != nil || !st.is(snap) {
+		return nil, 0, errStateDiffers
 	}
-	proof.shared.api.metrics.proof(proof.shared.resource, pathEmpty)
-	return snap, max(rv, uint64(rev)), nil
+	proof.shared.api.metrics.proof(proof.shared.resource, pathState)
+	return snap, max(rv, st.rev), nil
 }
 
 // proveThroughAPIServerAndWait is proveAndWait without etcd: the store's
@@ -271,10 +293,10 @@ func (p *Prover) provenEmpty(ctx context.Context, proof *apiserverProof) (*snaps
 // whatever rev is), then the store must hold L. It returns the store's
 // latest snapshot, its resourceVersion, and L. A store that does not reach
 // L in time is reported to Behind. An rev no watch reaches in time (beyond
-// the apiserver's revision) is not proven. Without orAux only the fast path
-// may prove it: errFastPathOnly when it does not.
-func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, proof *apiserverProof, rev uint64, orAux bool) (*snapshot.Snapshot, uint64, uint64, error) {
-	last, err := proof.prove(ctx, rev, orAux)
+// the apiserver's revision) is not proven. steps are those of
+// apiserverProof.prove.
+func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, proof *apiserverProof, rev uint64, steps proofSteps) (*snapshot.Snapshot, uint64, uint64, error) {
+	last, err := proof.prove(ctx, rev, steps)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -328,7 +350,7 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		_, _, last, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, true)
+		_, _, last, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, stepFast|stepAux)
 		if err != nil {
 			return nil, snapshot.ErrNotRetained
 		}
@@ -364,7 +386,7 @@ func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, true)
+		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, stepFast|stepAux)
 		return err == nil
 	}
 	if p.cfg.Checker == nil {
@@ -436,7 +458,7 @@ func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Durat
 		return nil, 0, nil
 	}
 	if p.remote != nil {
-		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, minRV, true)
+		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, minRV, stepFast|stepAux)
 		if err != nil {
 			return nil, 0, nil
 		}
