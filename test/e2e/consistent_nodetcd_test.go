@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
 )
 
@@ -561,6 +563,135 @@ func TestConsistentWithoutEtcdSmallQuietPassesThrough(t *testing.T) {
 		}
 		if got := rose(before, scrape(), metricProofs, resource, `path="direct_cheaper"`); got != 0 {
 			t.Errorf("consistent LIST of %s: %v proofs passed it through as cheaper", tc.path, got)
+		}
+	}
+}
+
+// TestConsistentWithoutEtcdSmallResourceByState: proving through the
+// apiserver, the consistent reads of a small quiet resource (40
+// podtemplates, written by nothing else) and of an empty one (limitranges)
+// are served from the snapshot, proven by the state probe at once: a LIST
+// of each and a watch-list of the podtemplates each round, after a write
+// elsewhere has moved the revision past their stores' feeds. None passes
+// through and no auxiliary watch is opened. The watch-list's objects are
+// the apiserver's at its end bookmark, and a podtemplate created after it
+// arrives beyond it.
+func TestConsistentWithoutEtcdSmallResourceByState(t *testing.T) {
+	const (
+		namespace = "small-state"
+		n         = 40
+		rounds    = 3
+	)
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx := t.Context()
+	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig)
+	if err := cp.CreateNamespace(ctx, namespace, nil); err != nil {
+		t.Fatal(err)
+	}
+	newTemplate := func(name string) *corev1.PodTemplate {
+		return &corev1.PodTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}},
+			}},
+		}
+	}
+	for i := range n {
+		if _, err := admin.CoreV1().PodTemplates(namespace).Create(ctx, newTemplate(fmt.Sprintf("t-%02d", i)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No --etcd-servers: the apiserver proves consistent reads.
+	lp := framework.StartListproxy(t, cp)
+	lpc, apic := newRawClient(t, lp.Config()), newRawClient(t, cp.AdminConfig)
+	templates := "/api/v1/namespaces/" + namespace + "/podtemplates"
+	const limitRanges = "/api/v1/limitranges"
+	waitServed(ctx, t, lpc, templates, url.Values{"resourceVersion": {"0"}})
+	waitServed(ctx, t, lpc, limitRanges, url.Values{"resourceVersion": {"0"}})
+	writes := 0
+	writeElsewhere := func() {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("elsewhere-%d", writes)}}
+		writes++
+		if _, err := admin.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scrape := func() framework.Metrics { return framework.Scrape(t, nil, lp.URL+"/metrics") }
+
+	before := scrape()
+	want := n
+	for round := range rounds {
+		for _, tc := range []struct {
+			path string
+			n    int
+		}{{templates, want}, {limitRanges, 0}} {
+			writeElsewhere()
+			p, err := getListAnswer(ctx, lpc, tc.path, url.Values{})
+			if err != nil || p.code != http.StatusOK || p.servedFrom != "snapshot" || len(p.items) != tc.n {
+				t.Fatalf("round %d: consistent LIST of %s: %v, HTTP %d (%s), served from %q, %d items; want 200 from the snapshot with %d",
+					round, tc.path, err, p.code, p.status.Message, p.servedFrom, len(p.items), tc.n)
+			}
+		}
+
+		writeElsewhere()
+		wctx, cancel := context.WithCancel(ctx)
+		q := url.Values{"watch": {"true"}, "sendInitialEvents": {"true"}, "resourceVersionMatch": {"NotOlderThan"},
+			"allowWatchBookmarks": {"true"}, "timeoutSeconds": {"60"}}
+		r, hdr := openWatch(wctx, t, lpc, templates, q, wire.JSON)
+		if got := hdr.Get(headerServedFrom); got != "snapshot" {
+			t.Fatalf("round %d: watch-list served from %q, want the snapshot", round, got)
+		}
+		added, endRV := initialFramesRV(t, r)
+		var got []string
+		for _, fr := range added {
+			var ev struct {
+				Object metav1.PartialObjectMetadata `json:"object"`
+			}
+			if err := json.Unmarshal(fr.raw, &ev); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, objectKey(ev.Object.Namespace, ev.Object.Name))
+		}
+		exact, err := getListAnswer(ctx, apic, templates, url.Values{"resourceVersion": {endRV}, "resourceVersionMatch": {"Exact"}})
+		if err != nil || exact.code != http.StatusOK {
+			t.Fatalf("round %d: the apiserver's LIST at %s: %v, HTTP %d", round, endRV, err, exact.code)
+		}
+		var wantKeys []string
+		for _, it := range exact.items {
+			wantKeys = append(wantKeys, objectKey(it.Namespace, it.Name))
+		}
+		slices.Sort(got)
+		if d := wlKeyDiff(wantKeys, got); d != "" {
+			t.Errorf("round %d: watch-list's objects differ from the apiserver's at its end bookmark %s: %s", round, endRV, d)
+		}
+
+		name := fmt.Sprintf("new-%d", round)
+		created, err := admin.CoreV1().PodTemplates(namespace).Create(ctx, newTemplate(name), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want++
+		evs, err := nextEvents(r, 1)
+		if err != nil {
+			t.Fatalf("round %d: waiting for the ADDED event of %s: %v", round, name, err)
+		}
+		if evs[0].typ != wire.Added || evs[0].rv != created.ResourceVersion {
+			t.Errorf("round %d: after the end bookmark at %s, event %s at %s; want ADDED %s at %s", round, endRV, evs[0].typ, evs[0].rv, name, created.ResourceVersion)
+		}
+		cancel()
+	}
+	after := scrape()
+	const resource = `resource="podtemplates"`
+	if got := rose(before, after, metricProofs, resource, `path="state"`); got < 1 {
+		t.Errorf("%s{path=state} rose by %v, want the podtemplates' reads proven by state probes", metricProofs, got)
+	}
+	if got := rose(before, after, metricProofs, `resource="limitranges"`, `path="state"`); got != rounds {
+		t.Errorf("%s{resource=limitranges,path=state} rose by %v, want %d", metricProofs, got, rounds)
+	}
+	for _, path := range []string{"aux", "direct_cheaper"} {
+		if got := rose(before, after, metricProofs, `path="`+path+`"`); got != 0 {
+			t.Errorf("%s{path=%s} rose by %v, want 0", metricProofs, path, got)
 		}
 	}
 }
