@@ -36,6 +36,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"table", b.table},
 		{"consistent", b.consistent},
 		{"consistent-quiet", b.consistentQuiet},
+		{"parity", b.parity},
 		{"storm", b.informerStorm},
 		{"steady", b.steady},
 		{"nodeagents", b.nodeAgents},
