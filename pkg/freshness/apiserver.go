@@ -37,14 +37,12 @@ import (
 //     delivered every event in (S, R]; the last of them, L (or S), is all
 //     the store must hold, and then its snapshot is the state at R.
 //
-// A small store (at most StateProofMaxObjects objects) whose fast path
-// fails has a consistent read proven by a state probe before any
-// auxiliary watch (an empty store by the state probe alone, as its probe):
-// a consistent LIST of the resource's metadata at R' ≥ R that holds
-// exactly the store's objects at the same resourceVersions shows that the
-// store's snapshot is the state at R', without waiting for a bookmark (the
-// changes up to R' that its feed may yet deliver cancel out, and a watch
-// served at R' starts after them).
+// A small store (at most StateProofMaxObjects objects) probes with the
+// state probe instead: a consistent LIST of the resource's metadata at R.
+// When it holds exactly the store's objects at the same resourceVersions,
+// the store's snapshot is the state at R without waiting for any watch
+// (the changes up to R that its feed may yet deliver cancel out, and a
+// watch served at R starts after them); otherwise R goes on to steps 2–3.
 //
 // Nothing is inferred across two streams or from timing.
 

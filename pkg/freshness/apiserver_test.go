@@ -1348,16 +1348,14 @@ func listOf(rv uint64, objects ...string) probeAnswer {
 	return probeAnswer{status: http.StatusOK, body: fmt.Sprintf(`{"kind":"PartialObjectMetadataList","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"%d"},"items":[%s]}`, rv, strings.Join(items, ","))}
 }
 
-// A small store (at most StateProofMaxObjects objects) whose own feed
-// does not prove a consistent read is compared with a state probe, a
-// consistent LIST of the whole collection's metadata, before any
-// auxiliary watch: the same objects at the same resourceVersions at R'
-// serve the store's snapshot at R' at once, small read or not, whatever
-// changes up to R' its feed has yet to deliver (its progress stays). An
-// empty store's probe is the state probe alone. A state that differs, a
-// resource larger than the limit, or a store that changed meanwhile
-// leaves the read to the auxiliary watch (or, for a small read, to the
-// apiserver); a larger store never sends one.
+// A small store's (at most StateProofMaxObjects objects) probe is the
+// state probe, a consistent LIST of the whole collection's metadata: the
+// same objects at the same resourceVersions at R serve the store's
+// snapshot at R at once, small read or not, whatever changes up to R its
+// feed has yet to deliver (its progress stays). A state that differs, a
+// resource larger than the limit, or a store that changed meanwhile leaves
+// the read to the fast path and the auxiliary watch from R (or, for a
+// small read, to the apiserver); a larger store probes by name.
 func TestConsistentThroughAPIServerStateProbe(t *testing.T) {
 	const stateQuery = "limit=3"
 	harness := func(t *testing.T, objects ...change) *proofHarness {
@@ -1401,14 +1399,12 @@ func TestConsistentThroughAPIServerStateProbe(t *testing.T) {
 			t.Run("quiet_store_served_at_R", func(t *testing.T) {
 				h := harness(t, change{name: "a", rv: 5})
 				res := read(h.p)
-				h.answerProbe(t, probeList(12))
 				answerState(t, h, listOf(13, "a@5"))
 				served(t, h, recv(t, res, "read"), 13, 1)
 			})
 			t.Run("state_differs", func(t *testing.T) {
 				h := harness(t, change{name: "a", rv: 5})
 				res := read(h.p)
-				h.answerProbe(t, probeList(12))
 				answerState(t, h, listOf(12, "a@11"))
 				if small {
 					checkPassedThrough(t, recv(t, res, "read"), DirectCheaper)
@@ -1425,7 +1421,6 @@ func TestConsistentThroughAPIServerStateProbe(t *testing.T) {
 		h := harness(t)
 		res := readWith(h.p)
 		answerState(t, h, listOf(12, "b@11"))
-		h.answerProbe(t, probeList(12))
 		w := h.watchOpened(t, listedAt)
 		w.steps <- watchStep{events: []string{added("b", 11), bookmark(12)}}
 		select {
@@ -1440,13 +1435,25 @@ func TestConsistentThroughAPIServerStateProbe(t *testing.T) {
 			t.Errorf("served %d objects, want b", got.snap.Len())
 		}
 	})
+	t.Run("store_ahead_of_the_state_served_by_its_feed", func(t *testing.T) {
+		h := harness(t, change{name: "a", rv: 5})
+		res := readWith(h.p)
+		probe := recv(t, h.api.probes, "state probe")
+		apply(h.store, change{name: "b", rv: 13})
+		probe.reply <- listOf(12, "a@5")
+		got := recv(t, res, "read")
+		checkServed(t, got, 13, 13)
+		h.noMoreWatches(t)
+		if got := h.proofs(pathFast); got != 1 {
+			t.Errorf("fast proofs = %v, want 1", got)
+		}
+	})
 	t.Run("store_changes_during_the_state_probe", func(t *testing.T) {
 		h := harness(t)
 		res := readWith(h.p)
 		probe := recv(t, h.api.probes, "state probe")
 		apply(h.store, change{name: "b", rv: 11})
 		probe.reply <- listOf(12)
-		h.answerProbe(t, probeList(12))
 		w := h.watchOpened(t, 11)
 		w.steps <- watchStep{events: []string{bookmark(12)}}
 		got := recv(t, res, "read")
@@ -1461,7 +1468,6 @@ func TestConsistentThroughAPIServerStateProbe(t *testing.T) {
 	t.Run("resource_larger_than_the_limit", func(t *testing.T) {
 		h := harness(t, change{name: "a", rv: 5}, change{name: "b", rv: 6})
 		res := readWith(h.p)
-		h.answerProbe(t, probeList(12))
 		more := listOf(12, "a@5", "b@6")
 		more.body = strings.Replace(more.body, `"metadata":{"resourceVersion":"12"}`, `"metadata":{"resourceVersion":"12","continue":"x"}`, 1)
 		answerState(t, h, more)
@@ -1472,7 +1478,9 @@ func TestConsistentThroughAPIServerStateProbe(t *testing.T) {
 	t.Run("store_larger_than_the_limit_sends_none", func(t *testing.T) {
 		h := harness(t, change{name: "a", rv: 5}, change{name: "b", rv: 6}, change{name: "c", rv: 7})
 		res := readWith(h.p)
-		h.answerProbe(t, probeList(12))
+		if probe := h.answerProbe(t, probeList(12)); !strings.HasPrefix(probe.query, "fieldSelector=") {
+			t.Errorf("probe %s?%s, want the probe by name", probe.path, probe.query)
+		}
 		w := h.watchOpened(t, listedAt)
 		w.steps <- watchStep{events: []string{bookmark(12)}}
 		checkServed(t, recv(t, res, "read"), 12, listedAt)

@@ -212,49 +212,36 @@ func (p *Prover) throughAPIServer() *apiserverProof {
 // proof: probe the resource's current revision R through the apiserver,
 // learn the last change L ≤ R from the store's own feed or an auxiliary
 // watch, wait for the store to hold L, and serve at max(snapshot RV, R).
-// A small store whose own feed does not prove the read is compared with a
-// state probe first (provenByState), and an empty one with a state probe
-// alone, as its probe. A small read (ConsistentIfCheap) opens no
-// auxiliary watch.
+// A small store's probe is the state probe, which proves the read at once
+// when it shows the store's snapshot (provenByState). A small read
+// (ConsistentIfCheap) opens no auxiliary watch.
 func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserverProof, small bool) (*snapshot.Snapshot, uint64, Outcome) {
-	byState := false
-	if snap, _, err := p.cfg.Store.Latest(); err == nil {
-		byState = snap.Len() <= proof.shared.api.cfg.StateProofMaxObjects
-		if byState && snap.Len() == 0 {
-			snap, rv, err := p.provenByState(ctx, proof)
-			switch {
-			case err == nil:
-				return snap, rv, Served
-			case !errors.Is(err, errStateDiffers):
-				return nil, 0, ProbeFailed
-			}
-			byState = false // the resource is not empty: the store is behind
-		}
-	}
-	rev, _, err := proof.shared.probes.current(ctx)
-	if err != nil {
-		return nil, 0, ProbeFailed
-	}
-	r := uint64(rev)
-	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, proof, r, stepFast)
-	if errors.Is(err, errFastPathOnly) && byState {
-		snap, rv, err = p.provenByState(ctx, proof)
+	var r uint64
+	if snap, _, err := p.cfg.Store.Latest(); err == nil && snap.Len() <= proof.shared.api.cfg.StateProofMaxObjects {
+		snap, rv, st, err := p.provenByState(ctx, proof)
 		switch {
 		case err == nil:
 			return snap, rv, Served
 		case !errors.Is(err, errStateDiffers):
 			return nil, 0, ProbeFailed
 		}
-		err = errFastPathOnly
-	}
-	if errors.Is(err, errFastPathOnly) {
-		if small {
-			proof.shared.api.metrics.proof(proof.shared.resource, pathDirectCheaper)
-			return nil, 0, DirectCheaper
+		r = st.rev // the store is behind: it must reach R
+	} else {
+		rev, _, err := proof.shared.probes.current(ctx)
+		if err != nil {
+			return nil, 0, ProbeFailed
 		}
-		snap, rv, _, err = p.proveThroughAPIServerAndWait(ctx, proof, r, stepAux)
+		r = uint64(rev)
 	}
+	steps := stepFast | stepAux
+	if small {
+		steps = stepFast
+	}
+	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, proof, r, steps)
 	switch {
+	case errors.Is(err, errFastPathOnly):
+		proof.shared.api.metrics.proof(proof.shared.resource, pathDirectCheaper)
+		return nil, 0, DirectCheaper
 	case errors.Is(err, errNoBookmarks):
 		return nil, 0, NoBookmarks
 	case errors.Is(err, errStoreBehind):
@@ -265,26 +252,26 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserve
 	return snap, max(rv, r), Served
 }
 
-// provenByState proves a consistent read with a state probe: a
+// provenByState proves a consistent read with the state probe: a
 // consistent LIST of the resource's metadata at R (sent after the read
 // arrived) holding exactly the objects of the store's snapshot, taken after
 // the answer, at the same resourceVersions shows that the snapshot, at its
 // own S, is the state at max(S, R). The changes up to R that the store's
 // feed may yet deliver cancel out (a watch subscribed at R skips them), so
-// the store's progress is not raised: it does not hold them.
-// errStateDiffers when the store is not synced or the state differs; any
-// other error when the probe failed.
-func (p *Prover) provenByState(ctx context.Context, proof *apiserverProof) (*snapshot.Snapshot, uint64, error) {
+// the store's progress is not raised: it does not hold them. When the
+// store is not synced or the state differs it returns errStateDiffers and
+// the state read; any other error when the probe failed.
+func (p *Prover) provenByState(ctx context.Context, proof *apiserverProof) (*snapshot.Snapshot, uint64, *resourceState, error) {
 	st, _, err := proof.shared.states.current(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	snap, rv, err := p.cfg.Store.Latest()
 	if err != nil || !st.is(snap) {
-		return nil, 0, errStateDiffers
+		return nil, 0, st, errStateDiffers
 	}
 	proof.shared.api.metrics.proof(proof.shared.resource, pathState)
-	return snap, max(rv, st.rev), nil
+	return snap, max(rv, st.rev), st, nil
 }
 
 // proveThroughAPIServerAndWait is proveAndWait without etcd: the store's
