@@ -90,6 +90,10 @@ type Config struct {
 	// neither, consistent reads pass through.
 	ProveThroughAPIServer bool
 	ProofRegisterer       prometheus.Registerer
+	// StateProofMaxObjects is freshness.APIServerConfig's: the most
+	// objects a store may hold for its consistent reads to be proven by a
+	// state probe; 0 selects its default, a negative value turns it off.
+	StateProofMaxObjects int
 	// EtcdPrefix returns a resource's etcd key prefix (with a trailing "/").
 	EtcdPrefix func(gr schema.GroupResource, custom bool) string
 	// ConsistentReadTimeout bounds proving freshness (freshness.Prover).
@@ -255,6 +259,7 @@ func New(cfg Config) (*Registry, error) {
 	if cfg.ProveThroughAPIServer {
 		reg.apiserverProof, err = freshness.NewAPIServer(freshness.APIServerConfig{
 			Client: client, Host: strings.TrimSuffix(cfg.Upstream.Host, "/"), Registerer: cfg.ProofRegisterer,
+			StateProofMaxObjects: cfg.StateProofMaxObjects,
 		})
 		if err != nil {
 			return nil, err

@@ -1482,9 +1482,11 @@ func TestLegacyExactNewerThanStore(t *testing.T) {
 
 // TestLinearizableReadsWithoutEtcd is TestLinearizableReads with listproxy
 // given no etcd address at all, as on a managed cluster: freshness is proven
-// through the apiserver (--consistent-proof=auto selects it). A busy
-// resource is proven by the store's own feed (the fast path); a quiet one,
-// written once a second, mostly by auxiliary watches.
+// through the apiserver (--consistent-proof=auto selects it). The resource
+// (configmaps) is small, so its probe is the state probe: a busy one is
+// proven by the store's own feed (the fast path) once the state differs; a
+// quiet one, written once a second, mostly by the state probe, or, with
+// state probes off, by auxiliary watches.
 func TestLinearizableReadsWithoutEtcd(t *testing.T) {
 	cp := framework.Start(t, framework.ControlPlaneConfig{})
 	lp := framework.StartListproxy(t, cp)
@@ -1505,6 +1507,18 @@ func TestLinearizableReadsWithoutEtcd(t *testing.T) {
 	t.Run("quiet", func(t *testing.T) {
 		before := scrape()
 		checkLinearizable(t, cp, lp, linRun{namespace: "quiet", duration: 20 * time.Second, quiet: true})
+		after := scrape()
+		state := after.Sum(proofs, `resource="configmaps"`, `path="state"`) - before.Sum(proofs, `resource="configmaps"`, `path="state"`)
+		t.Logf("proofs by state probes: %.0f", state)
+		if state == 0 {
+			t.Errorf("no proof took the state probe on a small quiet resource")
+		}
+	})
+	t.Run("quiet_without_state_probes", func(t *testing.T) {
+		lp := framework.StartListproxy(t, cp, "--consistent-state-proof-max-objects=0")
+		scrape := func() framework.Metrics { return framework.Scrape(t, nil, lp.URL+"/metrics") }
+		before := scrape()
+		checkLinearizable(t, cp, lp, linRun{namespace: "quiet-aux", duration: 20 * time.Second, quiet: true})
 		after := scrape()
 		aux := after.Sum(proofs, `resource="configmaps"`, `path="aux"`) - before.Sum(proofs, `resource="configmaps"`, `path="aux"`)
 		watches := after.Sum("listproxy_freshness_aux_watches_total", `resource="configmaps"`, `result="bookmark"`) -

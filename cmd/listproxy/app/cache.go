@@ -66,6 +66,9 @@ type CacheOptions struct {
 	ConsistentProof        string
 	// ConsistentPassThroughMaxObjects: lists.Config's.
 	ConsistentPassThroughMaxObjects int
+	// ConsistentStateProofMaxObjects: stores.Config's StateProofMaxObjects,
+	// with 0 for off.
+	ConsistentStateProofMaxObjects int
 
 	WatchStallTimeout time.Duration
 	WatchLagTimeout   time.Duration
@@ -103,6 +106,7 @@ func newCacheOptions() CacheOptions {
 		ConsistentReadFallback:          "apiserver",
 		ConsistentProof:                 proofAuto,
 		ConsistentPassThroughMaxObjects: l.ConsistentPassThroughMaxObjects,
+		ConsistentStateProofMaxObjects:  freshness.DefaultStateProofMaxObjects,
 		WatchStallTimeout:               s.WatchStallTimeout,
 		WatchLagTimeout:                 s.WatchLagTimeout,
 
@@ -178,6 +182,8 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"End a served watch whose client does not accept a burst of events for this long (a stalled client); it re-watches from its last resourceVersion.")
 	fs.StringVar(&o.ConsistentReadFallback, "consistent-read-fallback", o.ConsistentReadFallback,
 		"What a consistent read does when freshness cannot be proven in time: apiserver (pass through) or reject (429 with Retry-After).")
+	fs.IntVar(&o.ConsistentStateProofMaxObjects, "consistent-state-proof-max-objects", o.ConsistentStateProofMaxObjects,
+		"Proving through the apiserver (no etcd, or an empty resource with etcd): a store of at most this many objects proves a consistent read with one LIST of the resource's metadata (shared by the round's readers), which must show the store's objects at the same resourceVersions, instead of waiting up to 2.25 s for an auxiliary watch's bookmark when the resource is quiet. 0 turns this off.")
 	fs.IntVar(&o.ConsistentPassThroughMaxObjects, "consistent-pass-through-max-objects", o.ConsistentPassThroughMaxObjects,
 		"Proving through the apiserver (no etcd): a consistent read whose scope (its namespace, or the whole resource) holds at most this many objects passes through when the store's own feed does not prove it within 50 ms, instead of waiting up to 2.25 s for an auxiliary watch; the apiserver answers it in milliseconds. Never a 429 of --consistent-read-fallback=reject. 0 turns this off.")
 }
@@ -233,6 +239,9 @@ func (o *CacheOptions) validate() []error {
 	}
 	if o.SnapshotHistoryMaxRatio < 0 || math.IsNaN(o.SnapshotHistoryMaxRatio) || math.IsInf(o.SnapshotHistoryMaxRatio, 0) {
 		errs = append(errs, fmt.Errorf("--snapshot-history-max-ratio: must be a non-negative number, got %v", o.SnapshotHistoryMaxRatio))
+	}
+	if o.ConsistentStateProofMaxObjects < 0 {
+		errs = append(errs, fmt.Errorf("--consistent-state-proof-max-objects: must not be negative, got %d", o.ConsistentStateProofMaxObjects))
 	}
 	if o.ConsistentPassThroughMaxObjects < 0 {
 		errs = append(errs, fmt.Errorf("--consistent-pass-through-max-objects: must not be negative, got %d", o.ConsistentPassThroughMaxObjects))
@@ -465,6 +474,10 @@ func (o *CacheOptions) storesConfig(ctx context.Context, cfg *Config, reg promet
 		WatchStallTimeout:     o.WatchStallTimeout,
 		WatchLagTimeout:       o.WatchLagTimeout,
 		ConsistencyCheck:      consistency.DefaultConfig(),
+		StateProofMaxObjects:  o.ConsistentStateProofMaxObjects,
+	}
+	if o.ConsistentStateProofMaxObjects == 0 {
+		scfg.StateProofMaxObjects = -1
 	}
 	scfg.ConsistencyCheck.Interval = o.ConsistencyCheckInterval
 	scfg.ConsistencyCheck.Metrics = consistencyMetrics
