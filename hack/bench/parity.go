@@ -33,6 +33,12 @@ const (
 	// parityPassThroughAdded is how much a request passed through may add
 	// at p99.
 	parityPassThroughAdded = time.Millisecond
+	// parityGap separates requests, so that none finds the apiserver's
+	// watch cache just advanced by the one before it: a consistent read
+	// of a quiet resource waits there for the cache's next progress
+	// notification, which the apiserver requests every 100 ms while reads
+	// wait, and a read right after another's wait would not wait at all.
+	parityGap = 150 * time.Millisecond
 )
 
 // parityResource is a row group of the matrix: a collection path and what
@@ -114,6 +120,9 @@ func (b *bench) parityCell(ctx context.Context, r parityResource, shape paritySh
 	// the other scenarios and the e2e tests.
 	check := shape.query == "" && shape.accept == acceptJSON
 	d, p, err := b.alternate(ctx, n, func(ctx context.Context, s *series, i int) error {
+		if err := pause(ctx, parityGap); err != nil {
+			return err
+		}
 		req := request{path: path, accept: shape.accept, keep: check && s.t.proxied && sampled(i, n)}
 		var res result
 		var err error
@@ -147,6 +156,9 @@ func (b *bench) parityPassThrough(ctx context.Context, r parityResource) error {
 	logf("scenario: %s (%d requests per side)", name, parityRequests)
 	req := request{path: r.get, accept: acceptJSON}
 	d, p, err := b.alternate(ctx, parityRequests, func(ctx context.Context, s *series, i int) error {
+		if err := pause(ctx, parityGap); err != nil {
+			return err
+		}
 		res, err := s.t.do(ctx, req)
 		if err != nil {
 			return err
@@ -160,6 +172,16 @@ func (b *bench) parityPassThrough(ctx context.Context, r parityResource) error {
 	ds, ps := d.side(parityRequests), p.side(parityRequests)
 	b.addRow(name, ds, ps, targetSpec{PassThrough: true, WallP99AddedMax: parityPassThroughAdded.Seconds()}, parityNote(ds, ps))
 	return nil
+}
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 // parityNote says how much slower or faster listproxy was.
