@@ -12,6 +12,7 @@ import (
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	sharded  *prometheus.CounterVec
 }
 
 // durationBuckets span the apiserver's apiserver_request_duration_seconds
@@ -34,8 +35,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:      "API request duration by Kubernetes verb and source, until the response is complete (watches: their lifetime).",
 			Buckets:   durationBuckets,
 		}, []string{"verb", "source"}),
+		sharded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "listproxy",
+			Subsystem: "http",
+			Name:      "sharded_requests_total",
+			Help:      "API requests with a shardSelector (sharded list and watch) by Kubernetes verb and source, counted in requests_total too.",
+		}, []string{"verb", "source"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.sharded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register proxy metrics: %w", err)
 		}
@@ -43,7 +50,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(verb, source string, code int, d time.Duration) {
+// observe counts one API request; sharded says it had a shardSelector.
+func (m *metrics) observe(verb, source string, code int, d time.Duration, sharded bool) {
 	m.requests.WithLabelValues(verb, strconv.Itoa(code), source).Inc()
 	m.duration.WithLabelValues(verb, source).Observe(d.Seconds())
+	if sharded {
+		m.sharded.WithLabelValues(verb, source).Inc()
+	}
 }

@@ -244,10 +244,12 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 	kind := classify(r)
 	rec := &responseRecorder{ResponseWriter: w}
 	source := httpapi.SourceAPIServer
+	// The raw query is searched first: most requests carry no shard selector.
+	sharded := strings.Contains(r.URL.RawQuery, "shardSelector") && r.URL.Query().Get("shardSelector") != ""
 	// Deferred so that http.ErrAbortHandler panics (client gone mid-stream)
 	// are counted too.
 	defer func() {
-		h.metrics.observe(kind.verb, source, rec.statusCode(), h.clock.Since(start))
+		h.metrics.observe(kind.verb, source, rec.statusCode(), h.clock.Since(start), sharded)
 	}()
 
 	cacheable := h.lists != nil && kind.verb == verbList

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -199,7 +200,7 @@ func TestMetrics(t *testing.T) {
 
 	for _, path := range []string{
 		"/api/v1/pods",
-		"/api/v1/pods",
+		"/api/v1/pods?shardSelector=" + url.QueryEscape("shardRange(object.metadata.uid, '0x0', '0x8000000000000000')"),
 		"/api/v1/namespaces/default/pods/missing",
 		"/apis/apps/v1/namespaces/default/deployments?watch=true",
 		"/version",
@@ -228,10 +229,14 @@ listproxy_http_requests_total{code="404",source="apiserver",verb="get"} 1
 	for _, s := range []string{
 		`listproxy_http_requests_total{code="200",source="apiserver",verb="list"} 2`,
 		`listproxy_http_request_duration_seconds_bucket{source="apiserver",verb="list",le="+Inf"} 2`,
+		`listproxy_http_sharded_requests_total{source="apiserver",verb="list"} 1`,
 	} {
 		if !strings.Contains(body, s) {
 			t.Errorf("GET /metrics lacks %q", s)
 		}
+	}
+	if s := `listproxy_http_sharded_requests_total{source="apiserver",verb="watch"}`; strings.Contains(body, s) {
+		t.Errorf("GET /metrics counts a watch without a shardSelector as sharded: %q", s)
 	}
 }
 
