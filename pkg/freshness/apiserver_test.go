@@ -1179,8 +1179,12 @@ func readSmall(p *Prover) <-chan readResult {
 
 // A small read takes the fast path only: proven by the store's own feed it
 // is served; otherwise it passes through at once (DirectCheaper) and opens
-// no auxiliary watch. A read that is not small still waits for one.
+// no auxiliary watch. A small read of a quiet store (no change lately)
+// passes through without a probe. A read that is not small still waits
+// for an auxiliary watch.
 func TestConsistentThroughAPIServerSmallRead(t *testing.T) {
+	const changed = listedAt + 1
+	busy := func(h *proofHarness) { apply(h.store, change{name: "z", rv: changed}) }
 	noAux := func(t *testing.T, h *proofHarness) {
 		t.Helper()
 		h.p.remote.shared.mu.Lock()
@@ -1191,8 +1195,19 @@ func TestConsistentThroughAPIServerSmallRead(t *testing.T) {
 		}
 		h.noMoreWatches(t)
 	}
-	t.Run("fast_path_fails_passes_through", func(t *testing.T) {
+	t.Run("quiet_store_passes_through_without_probing", func(t *testing.T) {
 		h := newProofHarness(t, harnessConfig{})
+		checkPassedThrough(t, recv(t, readSmall(h.p), "read"), DirectCheaper)
+		empty(t, h.api.probes, "probe")
+		noAux(t, h)
+		if got := h.proofs(pathDirectCheaper); got != 1 {
+			t.Errorf("direct_cheaper proofs = %v, want 1", got)
+		}
+	})
+	t.Run("fast_path_fails_passes_through", func(t *testing.T) {
+		// A change within four fast-path waits (200 ms) makes it busy.
+		h := newProofHarness(t, harnessConfig{fastWait: 50 * time.Millisecond})
+		busy(h)
 		res := readSmall(h.p)
 		h.answerProbe(t, probeList(12))
 		checkPassedThrough(t, recv(t, res, "read"), DirectCheaper)
@@ -1206,6 +1221,7 @@ func TestConsistentThroughAPIServerSmallRead(t *testing.T) {
 	})
 	t.Run("fast_path_proves_it_served", func(t *testing.T) {
 		h := newProofHarness(t, harnessConfig{fastWait: time.Minute})
+		busy(h)
 		res := readSmall(h.p)
 		h.answerProbe(t, probeList(12))
 		apply(h.store, change{name: "b", rv: 12})
@@ -1219,10 +1235,12 @@ func TestConsistentThroughAPIServerSmallRead(t *testing.T) {
 		}
 	})
 	t.Run("store_already_at_R_served", func(t *testing.T) {
-		h := newProofHarness(t, harnessConfig{})
+		// A change within four fast-path waits (200 ms) makes it busy.
+		h := newProofHarness(t, harnessConfig{fastWait: 50 * time.Millisecond})
+		busy(h)
 		res := readSmall(h.p)
-		h.answerProbe(t, probeList(listedAt))
-		checkServed(t, recv(t, res, "read"), listedAt, listedAt)
+		h.answerProbe(t, probeList(changed))
+		checkServed(t, recv(t, res, "read"), changed, changed)
 		noAux(t, h)
 	})
 	t.Run("not_small_waits_for_the_auxiliary_watch", func(t *testing.T) {

@@ -134,7 +134,9 @@ func (p *Prover) Consistent(ctx context.Context) (*snapshot.Snapshot, uint64, Ou
 // proving through the apiserver, a read the fast path (the store's own
 // feed within APIServerConfig.FastWait) does not prove returns at once with
 // no snapshot and DirectCheaper, opening no auxiliary watch, whose bookmark
-// can take 2.25 s. With etcd, whose proofs take milliseconds, small changes
+// can take 2.25 s; a quiet store (no change within quietAfter fast-path
+// waits) that no state probe proves returns DirectCheaper without even
+// probing. With etcd, whose proofs take milliseconds, small changes
 // nothing. Like Consistent, it never returns a snapshot it did not prove.
 func (p *Prover) ConsistentIfCheap(ctx context.Context, small bool) (*snapshot.Snapshot, uint64, Outcome) {
 	start := time.Now()
@@ -217,7 +219,16 @@ func (p *Prover) throughAPIServer() *apiserverProof {
 // (ConsistentIfCheap) opens no auxiliary watch.
 func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserverProof, small bool) (*snapshot.Snapshot, uint64, Outcome) {
 	var r uint64
-	if snap, _, err := p.cfg.Store.Latest(); err == nil && snap.Len() <= proof.shared.api.cfg.StateProofMaxObjects {
+	snap, _, err := p.cfg.Store.Latest()
+	byState := err == nil && snap.Len() <= proof.shared.api.cfg.StateProofMaxObjects
+	if small && !byState && !p.cfg.Store.ChangedWithin(quietAfter*proof.shared.api.cfg.FastWait) {
+		// A quiet store's feed is unlikely to prove the read within the
+		// fast path's wait, and the apiserver answers a small read in
+		// milliseconds: pass it through without probing.
+		proof.shared.api.metrics.proof(proof.shared.resource, pathDirectCheaper)
+		return nil, 0, DirectCheaper
+	}
+	if byState {
 		snap, rv, st, err := p.provenByState(ctx, proof)
 		switch {
 		case err == nil:
@@ -273,6 +284,14 @@ func (p *Prover) provenByState(ctx context.Context, proof *apiserverProof) (*sna
 	proof.shared.api.metrics.proof(proof.shared.resource, pathState)
 	return snap, max(rv, st.rev), st, nil
 }
+
+// quietAfter is how many fast-path waits (APIServerConfig.FastWait) since
+// a store's last change make it quiet for ConsistentIfCheap: a resource
+// written 20 times a second shows a change within 200 ms 98% of the time,
+// and then its next one within the 50 ms wait 63% of the time; one written
+// once a second shows none 82% of the time, and its next within the wait
+// 5% of the time. Not measured beyond that arithmetic.
+const quietAfter = 4
 
 // proveThroughAPIServerAndWait is proveAndWait without etcd: the store's
 // own feed or an auxiliary watch tells the last change L of the resource at

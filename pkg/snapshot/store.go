@@ -175,6 +175,9 @@ type Store struct {
 	// lastBookmark is when MarkProgress was last called (Unix nanoseconds
 	// of the store's clock), 0 if never.
 	lastBookmark atomic.Int64
+	// lastChange is when Apply was last called (Unix nanoseconds of the
+	// store's clock), 0 if never.
+	lastChange atomic.Int64
 }
 
 // NewStore returns an empty, unsynced store.
@@ -494,6 +497,7 @@ func (s *Store) Replace(entries []*Entry, rv uint64) {
 // Apply applies one change at rv and publishes a new snapshot. Changes must
 // arrive in resourceVersion order.
 func (s *Store) Apply(c Change, rv uint64) {
+	s.lastChange.Store(s.clock.Now().UnixNano())
 	s.mu.Lock()
 	old := s.current.Load()
 	ev := Event{Type: Added, RV: rv, Object: c.Entry, At: s.clock.Now(), Shared: &Shared{}}
@@ -550,6 +554,14 @@ func (s *Store) MarkProgress(rv uint64) {
 // (the store's clock): evidence that the store's feed carries bookmarks.
 func (s *Store) BookmarkedWithin(d time.Duration) bool {
 	at := s.lastBookmark.Load()
+	return at != 0 && s.clock.Since(time.Unix(0, at)) <= d
+}
+
+// ChangedWithin reports whether the store applied a change within d of now
+// (the store's clock): a busy resource, whose feed is likely to show its
+// next change soon.
+func (s *Store) ChangedWithin(d time.Duration) bool {
+	at := s.lastChange.Load()
 	return at != 0 && s.clock.Since(time.Unix(0, at)) <= d
 }
 
