@@ -1503,9 +1503,19 @@ func TestConsistentThroughAPIServerStateProbe(t *testing.T) {
 		w.steps <- watchStep{events: []string{bookmark(12)}}
 		checkServed(t, recv(t, res, "read"), 12, listedAt)
 	})
-	t.Run("probe_fails", func(t *testing.T) {
+	t.Run("state_probe_fails_probes_by_name", func(t *testing.T) {
 		h := harness(t)
 		res := readWith(h.p)
+		answerState(t, h, probeAnswer{status: http.StatusInternalServerError, body: `{}`})
+		if probe := h.answerProbe(t, probeList(listedAt)); !strings.HasPrefix(probe.query, "fieldSelector=") {
+			t.Errorf("probe %s?%s after a failed state probe, want the probe by name", probe.path, probe.query)
+		}
+		checkServed(t, recv(t, res, "read"), listedAt, listedAt)
+	})
+	t.Run("both_probes_fail", func(t *testing.T) {
+		h := harness(t)
+		res := readWith(h.p)
+		answerState(t, h, probeAnswer{status: http.StatusForbidden, body: `{}`})
 		h.answerProbe(t, probeAnswer{status: http.StatusForbidden, body: `{}`})
 		checkPassedThrough(t, recv(t, res, "read"), ProbeFailed)
 	})

@@ -233,11 +233,13 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserve
 		switch {
 		case err == nil:
 			return snap, rv, Served
-		case !errors.Is(err, errStateDiffers):
-			return nil, 0, ProbeFailed
+		case errors.Is(err, errStateDiffers):
+			r = st.rev // the store is behind: it must reach R
 		}
-		r = st.rev // the store is behind: it must reach R
-	} else {
+		// A failed state probe (an error, an answer too large to read)
+		// leaves the read to the probe by name.
+	}
+	if r == 0 {
 		rev, _, err := proof.shared.probes.current(ctx)
 		if err != nil {
 			return nil, 0, ProbeFailed

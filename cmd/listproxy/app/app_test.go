@@ -78,6 +78,9 @@ func TestValidate(t *testing.T) {
 		{name: "consistent_pass_through_off", mutate: func(o *Options) { o.Cache.ConsistentPassThroughMaxObjects = 0 }},
 		{name: "negative_consistent_pass_through_max_objects", mutate: func(o *Options) { o.Cache.ConsistentPassThroughMaxObjects = -1 },
 			wantErrs: []string{"--consistent-pass-through-max-objects: must not be negative"}},
+		{name: "state_proof_off", mutate: func(o *Options) { o.Cache.ConsistentStateProofMaxObjects = 0 }},
+		{name: "state_proof_max_objects_too_large", mutate: func(o *Options) { o.Cache.ConsistentStateProofMaxObjects = 5001 },
+			wantErrs: []string{"--consistent-state-proof-max-objects: must be within 0-5000"}},
 		{name: "negative_inflight_bounds", mutate: func(o *Options) {
 			o.Cache.MaxInflightLists, o.Cache.MaxInflightListBytes, o.Cache.ListQueueWait, o.Cache.ListWriteTimeout = -1, -1, -1, -1
 		}, wantErrs: []string{"--max-inflight-lists", "--max-inflight-list-bytes", "--list-queue-wait", "--list-write-timeout"}},

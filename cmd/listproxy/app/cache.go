@@ -188,6 +188,12 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 		"Proving through the apiserver (no etcd): a consistent read whose scope (its namespace, or the whole resource) holds at most this many objects passes through when the store's own feed does not prove it within 50 ms, instead of waiting up to 2.25 s for an auxiliary watch; the apiserver answers it in milliseconds. Never a 429 of --consistent-read-fallback=reject. 0 turns this off.")
 }
 
+// maxStateProofObjects bounds --consistent-state-proof-max-objects: a state
+// probe lists that many objects' metadata each round of readers, which
+// past a few thousand costs the apiserver more than the auxiliary watch's
+// bookmark it spares the readers. Not measured.
+const maxStateProofObjects = 5000
+
 func (o *CacheOptions) validate() []error {
 	var errs []error
 	errs = append(errs, o.validateStores()...)
@@ -240,8 +246,8 @@ func (o *CacheOptions) validate() []error {
 	if o.SnapshotHistoryMaxRatio < 0 || math.IsNaN(o.SnapshotHistoryMaxRatio) || math.IsInf(o.SnapshotHistoryMaxRatio, 0) {
 		errs = append(errs, fmt.Errorf("--snapshot-history-max-ratio: must be a non-negative number, got %v", o.SnapshotHistoryMaxRatio))
 	}
-	if o.ConsistentStateProofMaxObjects < 0 {
-		errs = append(errs, fmt.Errorf("--consistent-state-proof-max-objects: must not be negative, got %d", o.ConsistentStateProofMaxObjects))
+	if o.ConsistentStateProofMaxObjects < 0 || o.ConsistentStateProofMaxObjects > maxStateProofObjects {
+		errs = append(errs, fmt.Errorf("--consistent-state-proof-max-objects: must be within 0-%d, got %d", maxStateProofObjects, o.ConsistentStateProofMaxObjects))
 	}
 	if o.ConsistentPassThroughMaxObjects < 0 {
 		errs = append(errs, fmt.Errorf("--consistent-pass-through-max-objects: must not be negative, got %d", o.ConsistentPassThroughMaxObjects))
