@@ -490,15 +490,7 @@ func TestConsistentWithoutEtcdSmallQuietPassesThrough(t *testing.T) {
 	largePath := "/api/v1/namespaces/" + large + "/podtemplates"
 	waitServed(ctx, t, lpc, smallPath, url.Values{"resourceVersion": {"0"}})
 
-	writes := 0
-	writeElsewhere := func() {
-		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("elsewhere-%d", writes)}}
-		writes++
-		if _, err := admin.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeElsewhere := writerElsewhere(ctx, t, admin)
 	const (
 		resource = `resource="podtemplates"`
 		lists    = "listproxy_lists_total"
@@ -610,15 +602,7 @@ func TestConsistentWithoutEtcdSmallResourceByState(t *testing.T) {
 	const limitRanges = "/api/v1/limitranges"
 	waitServed(ctx, t, lpc, templates, url.Values{"resourceVersion": {"0"}})
 	waitServed(ctx, t, lpc, limitRanges, url.Values{"resourceVersion": {"0"}})
-	writes := 0
-	writeElsewhere := func() {
-		t.Helper()
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("elsewhere-%d", writes)}}
-		writes++
-		if _, err := admin.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeElsewhere := writerElsewhere(ctx, t, admin)
 	scrape := func() framework.Metrics { return framework.Scrape(t, nil, lp.URL+"/metrics") }
 
 	before := scrape()
@@ -694,6 +678,21 @@ func TestConsistentWithoutEtcdSmallResourceByState(t *testing.T) {
 	for _, path := range []string{"aux", "direct_cheaper"} {
 		if got := rose(before, after, metricProofs, `path="`+path+`"`); got != 0 {
 			t.Errorf("%s{path=%s} rose by %v, want 0", metricProofs, path, got)
+		}
+	}
+}
+
+// writerElsewhere returns a function that creates one more configmap in
+// namespace default: a write that moves the cluster's revision past the
+// stores of quiet resources.
+func writerElsewhere(ctx context.Context, t *testing.T, admin kubernetes.Interface) func() {
+	writes := 0
+	return func() {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("elsewhere-%d", writes)}}
+		writes++
+		if _, err := admin.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }
