@@ -1,17 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"cmp"
 	"context"
 	"fmt"
-	"net/http"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/listproxy/listproxy/pkg/wire"
 )
 
 // The "parity" scenario asks whether listproxy is ever slower than the
@@ -196,38 +196,23 @@ func parityNote(d, p side) string {
 func (t *target) watchListSync(ctx context.Context, req request) (result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+req.path, nil)
+	begin := time.Now()
+	resp, err := openStreamAs(ctx, t, req.path, req.accept)
 	if err != nil {
 		return result{}, err
-	}
-	hr.Header.Set("User-Agent", userAgent)
-	hr.Header.Set("Accept", req.accept)
-	if t.token != "" {
-		hr.Header.Set("Authorization", "Bearer "+t.token)
-	}
-	begin := time.Now()
-	resp, err := t.client.Do(hr)
-	if err != nil {
-		return result{}, fmt.Errorf("%s watch-list %s: %w", t.name, req.path, err)
 	}
 	defer resp.Body.Close()
 	res := result{status: resp.StatusCode, at: begin, servedFrom: resp.Header.Get("X-Listproxy-Served-From")}
 	res.fromSnapshot = res.servedFrom == "snapshot"
-	if resp.StatusCode != http.StatusOK {
-		return res, fmt.Errorf("%s watch-list %s: HTTP %d", t.name, req.path, resp.StatusCode)
-	}
-	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	var read atomic.Int64
+	d := wire.NewWatchDecoder(wire.JSON, countingBody{ReadCloser: resp.Body, n: &read}, wire.WatchOptions{})
 	for {
-		line, err := br.ReadSlice('\n')
-		res.bytes += int64(len(line))
-		if err == bufio.ErrBufferFull {
-			continue // an object larger than the buffer: not a bookmark
-		}
+		ev, err := d.Next()
 		if err != nil {
 			return res, fmt.Errorf("%s watch-list %s: ended before its initial-events-end bookmark: %w", t.name, req.path, err)
 		}
-		if strings.HasPrefix(string(line), `{"type":"BOOKMARK"`) && strings.Contains(string(line), `"k8s.io/initial-events-end":"true"`) {
-			res.dur = time.Since(begin)
+		if ev.InitialEventsEnd {
+			res.dur, res.bytes = time.Since(begin), read.Load()
 			return res, nil
 		}
 	}
