@@ -261,11 +261,8 @@ func (api *APIServer) release(r *resourceProof, store *snapshot.Store) {
 
 // readRevision sends the probe: the resourceVersion of a consistent LIST.
 func (r *resourceProof) readRevision(ctx context.Context) (int64, error) {
-	start := time.Now()
 	var list metaList
-	err := r.list(ctx, r.probeURL, &list)
-	r.api.metrics.observeProbe(time.Since(start), err)
-	if err != nil {
+	if err := r.list(ctx, r.probeURL, &list); err != nil {
 		return 0, err
 	}
 	return int64(list.rev), nil
@@ -297,11 +294,8 @@ func (st *resourceState) is(snap *snapshot.Snapshot) bool {
 
 // readState sends the state probe.
 func (r *resourceProof) readState(ctx context.Context) (*resourceState, error) {
-	start := time.Now()
 	var list metaList
-	err := r.list(ctx, r.stateURL, &list)
-	r.api.metrics.observeProbe(time.Since(start), err)
-	if err != nil {
+	if err := r.list(ctx, r.stateURL, &list); err != nil {
 		return nil, err
 	}
 	st := &resourceState{rev: list.rev}
@@ -335,9 +329,11 @@ type metaList struct {
 	rev uint64 // Metadata.ResourceVersion, parsed
 }
 
-// list sends a consistent LIST of metadata to url and decodes its answer
-// into list.
-func (r *resourceProof) list(ctx context.Context, url string, list *metaList) error {
+// list sends a consistent LIST of metadata to url, a probe, decodes its
+// answer into list and records the probe's duration.
+func (r *resourceProof) list(ctx context.Context, url string, list *metaList) (err error) {
+	start := time.Now()
+	defer func() { r.api.metrics.observeProbe(time.Since(start), err) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -367,36 +363,25 @@ func (r *resourceProof) list(ctx context.Context, url string, list *metaList) er
 	return nil
 }
 
-// Steps of a proof through the apiserver (apiserverProof.prove).
-type proofSteps int
-
-const (
-	// stepFast: the store's own feed reaching R within FastWait.
-	stepFast proofSteps = 1 << iota
-	// stepAux: up to two auxiliary watches.
-	stepAux
-)
-
 // prove returns L, a revision such that a store holding every change up to
-// L holds the state at R, by the steps asked for in order. A read the fast
-// path does not prove, without stepAux, fails at once with
-// errFastPathOnly, and no auxiliary watch is opened.
-func (a *apiserverProof) prove(ctx context.Context, r uint64, steps proofSteps) (uint64, error) {
+// L holds the state at R: the fast path, or, when orAux, up to two
+// auxiliary watches. Without orAux a read the fast path does not prove
+// fails at once with errFastPathOnly, and no auxiliary watch is opened.
+func (a *apiserverProof) prove(ctx context.Context, r uint64, orAux bool) (uint64, error) {
 	res := a.shared
-	if steps&stepFast != 0 {
-		fast, cancel := context.WithTimeout(ctx, res.api.cfg.FastWait)
-		_, _, err := a.store.WaitFor(fast, r)
-		cancel()
-		if err == nil {
-			res.api.metrics.proof(res.resource, pathFast)
-			return r, nil
-		}
-		if ctx.Err() != nil {
-			res.api.metrics.proof(res.resource, pathTimeout)
-			return 0, ctx.Err()
-		}
+	fast, cancel := context.WithTimeout(ctx, res.api.cfg.FastWait)
+	_, _, err := a.store.WaitFor(fast, r)
+	cancel()
+	if err == nil {
+		res.api.metrics.proof(res.resource, pathFast)
+		return r, nil
 	}
-	if steps&stepAux == 0 {
+	if ctx.Err() != nil {
+		res.api.metrics.proof(res.resource, pathTimeout)
+		return 0, ctx.Err()
+	}
+	if !orAux {
+		res.api.metrics.proof(res.resource, pathDirectCheaper)
 		return 0, errFastPathOnly
 	}
 	for range 2 {

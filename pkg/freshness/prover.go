@@ -246,14 +246,9 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserve
 		}
 		r = uint64(rev)
 	}
-	steps := stepFast | stepAux
-	if small {
-		steps = stepFast
-	}
-	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, proof, r, steps)
+	snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, proof, r, !small)
 	switch {
 	case errors.Is(err, errFastPathOnly):
-		proof.shared.api.metrics.proof(proof.shared.resource, pathDirectCheaper)
 		return nil, 0, DirectCheaper
 	case errors.Is(err, errNoBookmarks):
 		return nil, 0, NoBookmarks
@@ -301,10 +296,10 @@ const quietAfter = 4
 // whatever rev is), then the store must hold L. It returns the store's
 // latest snapshot, its resourceVersion, and L. A store that does not reach
 // L in time is reported to Behind. An rev no watch reaches in time (beyond
-// the apiserver's revision) is not proven. steps are those of
-// apiserverProof.prove.
-func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, proof *apiserverProof, rev uint64, steps proofSteps) (*snapshot.Snapshot, uint64, uint64, error) {
-	last, err := proof.prove(ctx, rev, steps)
+// the apiserver's revision) is not proven. Without orAux only the fast path
+// may prove it: errFastPathOnly when it does not.
+func (p *Prover) proveThroughAPIServerAndWait(ctx context.Context, proof *apiserverProof, rev uint64, orAux bool) (*snapshot.Snapshot, uint64, uint64, error) {
+	last, err := proof.prove(ctx, rev, orAux)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -358,7 +353,7 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		_, _, last, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, stepFast|stepAux)
+		_, _, last, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, true)
 		if err != nil {
 			return nil, snapshot.ErrNotRetained
 		}
@@ -394,7 +389,7 @@ func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, stepFast|stepAux)
+		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, true)
 		return err == nil
 	}
 	if p.cfg.Checker == nil {
@@ -466,7 +461,7 @@ func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Durat
 		return nil, 0, nil
 	}
 	if p.remote != nil {
-		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, minRV, stepFast|stepAux)
+		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, minRV, true)
 		if err != nil {
 			return nil, 0, nil
 		}
