@@ -553,15 +553,19 @@ func (s *Store) MarkProgress(rv uint64) {
 // BookmarkedWithin reports whether MarkProgress was called within d of now
 // (the store's clock): evidence that the store's feed carries bookmarks.
 func (s *Store) BookmarkedWithin(d time.Duration) bool {
-	at := s.lastBookmark.Load()
-	return at != 0 && s.clock.Since(time.Unix(0, at)) <= d
+	return s.within(s.lastBookmark.Load(), d)
 }
 
 // ChangedWithin reports whether the store applied a change within d of now
 // (the store's clock): a busy resource, whose feed is likely to show its
 // next change soon.
 func (s *Store) ChangedWithin(d time.Duration) bool {
-	at := s.lastChange.Load()
+	return s.within(s.lastChange.Load(), d)
+}
+
+// within reports whether at (Unix nanoseconds of the store's clock, 0 for
+// never) lies within d of now.
+func (s *Store) within(at int64, d time.Duration) bool {
 	return at != 0 && s.clock.Since(time.Unix(0, at)) <= d
 }
 
