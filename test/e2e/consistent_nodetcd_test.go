@@ -383,13 +383,7 @@ func TestConsistentWithoutEtcdKeepsProvenRevision(t *testing.T) {
 	}
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	for i := range 5 {
-		pt := &corev1.PodTemplate{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("t-%d", i)},
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}},
-			}},
-		}
-		if _, err := admin.CoreV1().PodTemplates(namespace).Create(ctx, pt, metav1.CreateOptions{}); err != nil {
+		if _, err := admin.CoreV1().PodTemplates(namespace).Create(ctx, newPodTemplate(fmt.Sprintf("t-%d", i)), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -397,13 +391,11 @@ func TestConsistentWithoutEtcdKeepsProvenRevision(t *testing.T) {
 	lpc := newRawClient(t, lp.Config())
 	path := "/api/v1/namespaces/" + namespace + "/podtemplates"
 	waitServed(ctx, t, lpc, path, url.Values{})
+	writeElsewhere := writerElsewhere(ctx, t, admin)
 
 	for round := range 3 {
 		// A write elsewhere moves the revision past the quiet store's.
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("elsewhere-%d", round)}}
-		if _, err := admin.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		writeElsewhere()
 		list, err := getListAnswer(ctx, lpc, path, url.Values{})
 		if err != nil || list.code != http.StatusOK || list.servedFrom != "snapshot" {
 			t.Fatalf("round %d: consistent LIST: %v, HTTP %d, served from %q; want 200 from the snapshot", round, err, list.code, list.servedFrom)
@@ -463,13 +455,7 @@ func TestConsistentWithoutEtcdSmallQuietPassesThrough(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := w; i < n; i += 8 {
-					pt := &corev1.PodTemplate{
-						ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("t-%d", i)},
-						Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-							Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}},
-						}},
-					}
-					if _, err := admin.CoreV1().PodTemplates(ns).Create(ctx, pt, metav1.CreateOptions{}); err != nil {
+					if _, err := admin.CoreV1().PodTemplates(ns).Create(ctx, newPodTemplate(fmt.Sprintf("t-%d", i)), metav1.CreateOptions{}); err != nil {
 						errs <- err
 						return
 					}
@@ -582,16 +568,8 @@ func TestConsistentWithoutEtcdSmallResourceByState(t *testing.T) {
 	if err := cp.CreateNamespace(ctx, namespace, nil); err != nil {
 		t.Fatal(err)
 	}
-	newTemplate := func(name string) *corev1.PodTemplate {
-		return &corev1.PodTemplate{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}},
-			}},
-		}
-	}
 	for i := range n {
-		if _, err := admin.CoreV1().PodTemplates(namespace).Create(ctx, newTemplate(fmt.Sprintf("t-%02d", i)), metav1.CreateOptions{}); err != nil {
+		if _, err := admin.CoreV1().PodTemplates(namespace).Create(ctx, newPodTemplate(fmt.Sprintf("t-%02d", i)), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -653,7 +631,7 @@ func TestConsistentWithoutEtcdSmallResourceByState(t *testing.T) {
 		}
 
 		name := fmt.Sprintf("new-%d", round)
-		created, err := admin.CoreV1().PodTemplates(namespace).Create(ctx, newTemplate(name), metav1.CreateOptions{})
+		created, err := admin.CoreV1().PodTemplates(namespace).Create(ctx, newPodTemplate(name), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -679,6 +657,17 @@ func TestConsistentWithoutEtcdSmallResourceByState(t *testing.T) {
 		if got := rose(before, after, metricProofs, `path="`+path+`"`); got != 0 {
 			t.Errorf("%s{path=%s} rose by %v, want 0", metricProofs, path, got)
 		}
+	}
+}
+
+// newPodTemplate is a podtemplate named name: an object of a resource
+// nothing else in the control plane writes.
+func newPodTemplate(name string) *corev1.PodTemplate {
+	return &corev1.PodTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "c", Image: "example.invalid/c"}},
+		}},
 	}
 }
 
