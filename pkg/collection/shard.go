@@ -1,8 +1,6 @@
 package collection
 
 import (
-	"errors"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	shardparser "k8s.io/apiserver/pkg/sharding"
@@ -54,16 +52,15 @@ func (r *Request) parseShard(shardSelector string) {
 // selector fails on.
 //
 // It costs one read of the uid, one hash and one small object per call,
-// whatever else the request selects: a watcher of a shard checks each
-// change it is woken for (O(1) per watcher and change), without an index
-// of watchers by shard.
+// whatever else the request selects; a watcher of a shard is woken only
+// for the changes to its shard's objects (snapshot.Store.WaitShard).
 func (r Request) inShard(e *snapshot.Entry) bool {
 	if r.Shard == nil {
 		return true
 	}
 	obj := &metav1.PartialObjectMetadata{}
 	if r.shardByUID {
-		uid, err := objectUID(r.Format, e)
+		uid, err := stores.ObjectUID(r.Format, e)
 		if err != nil {
 			return false
 		}
@@ -73,18 +70,6 @@ func (r Request) inShard(e *snapshot.Entry) bool {
 	}
 	ok, err := r.Shard.Matches(obj)
 	return ok && err == nil
-}
-
-// objectUID reads the uid of e's object from its stored bytes in format f.
-func objectUID(f wire.Format, e *snapshot.Entry) (string, error) {
-	if f != wire.Table {
-		return wire.ObjectUID(f, e.Raw)
-	}
-	row, ok := e.Extra.(*stores.TableRow)
-	if !ok || row.Row == nil {
-		return "", errors.New("an entry of a Table store without its row")
-	}
-	return wire.ObjectUID(wire.MetaJSON, row.Object(e.Raw))
 }
 
 // ShardInfo is what a LIST response's metadata.shardInfo.selector echoes,

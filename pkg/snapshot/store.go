@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/btree"
 	lru "github.com/hashicorp/golang-lru/v2"
+	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/utils/clock"
 )
 
@@ -93,6 +94,10 @@ type StoreConfig struct {
 	// new array (wire.PackItems). A listed collection is packed so, and
 	// kept packed as it changes (see pack.go). Nil packs nothing.
 	Pack func(items [][]byte) [][]byte
+	// UID reads the metadata.uid of an entry's object, which shard
+	// selectors by uid hash (WaitShard). Nil: every change wakes every
+	// shard by uid.
+	UID func(*Entry) (string, error)
 }
 
 // Stats describes the latest published view.
@@ -190,7 +195,7 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	pins, _ := lru.New[uint64, pin](cfg.PinnedSnapshots) // error only for size <= 0
 	feed := newFeed(cfg.EventHistory)
-	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: feed, wake: newWaker()}
+	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: feed, wake: newWaker(cfg.UID)}
 	s.resetTreesLocked()
 	empty := s.snapshotLocked(0)
 	s.current.Store(&view{latest: empty, history: []*Snapshot{empty}, next: make(chan struct{})})
@@ -268,6 +273,13 @@ func (s *Store) WaitOn(k FieldValue) Wait { return s.wake.waitOn(k) }
 func (s *Store) WaitIn(ns string) Wait {
 	return s.WaitOn(FieldValue{Field: FieldNamespace, Value: ns})
 }
+
+// WaitShard is WaitOn for the objects of sel's shard (KEP-5866): a change
+// wakes the watchers of the shards its object is in only, the key (uid,
+// read with StoreConfig.UID, or namespace) hashed once per change. sel is
+// a selector of the apiserver's parser (k8s.io/apiserver/pkg/sharding),
+// its ranges all on one key.
+func (s *Store) WaitShard(sel sharding.Selector) Wait { return s.wake.waitShard(sel) }
 
 // At returns the snapshot holding the state at exactly rv: a pinned one, or
 // the newest retained snapshot at or before rv, provided the store has seen

@@ -1,6 +1,10 @@
 package snapshot
 
-import "sync"
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/sharding"
+)
 
 // FieldNamespace and FieldName are the selectable fields every entry has.
 const (
@@ -79,8 +83,8 @@ type signal struct {
 const resetSeq = ^uint64(0)
 
 // waker wakes the watchers of one field value (a namespace, a node name,
-// an object's name) only when a change touched that value, rather than on
-// every change of the store.
+// an object's name) or of one shard only when a change touched that value
+// or an object of that shard, rather than on every change of the store.
 type waker struct {
 	mu sync.Mutex
 	// chans holds, per field and value, the signal closed at the value's
@@ -88,14 +92,45 @@ type waker struct {
 	// with its last value, so that a change looks up only the fields some
 	// watcher waits on.
 	chans map[string]map[string]*signal
+	// shards holds, per shard selector (its canonical form), the signal
+	// closed at the next change to an object of the shard; made on demand,
+	// dropped when closed. A change hashes its object's key once and
+	// checks each waited-on shard's ranges, so that it wakes the watchers
+	// of its own shard only.
+	shards map[string]*shardSignal
+	// uid reads an entry's metadata.uid, the key of a shard by uid; nil,
+	// or an entry it cannot read, wakes every shard by uid.
+	uid func(*Entry) (string, error)
 	// head is the sequence number after the last change the waker was told
 	// of: every change before it that touched a waited-on value closed its
 	// signal.
 	head uint64
 }
 
-func newWaker() *waker {
-	return &waker{chans: map[string]map[string]*signal{}}
+func newWaker(uid func(*Entry) (string, error)) *waker {
+	return &waker{chans: map[string]map[string]*signal{}, shards: map[string]*shardSignal{}, uid: uid}
+}
+
+// shardSignal is the shared wait of every watcher of one shard.
+type shardSignal struct {
+	*signal
+	// byUID: the shard hashes metadata.uid, else metadata.namespace.
+	byUID bool
+	// ranges are the selector's half-open ranges [Start, End) of the
+	// hash space, in the apiserver's hex form.
+	ranges []sharding.ShardRangeRequirement
+}
+
+// holds reports whether hash, the key's hash in the apiserver's form
+// ("0x" and 16 hex digits), is in one of the shard's ranges, compared as
+// the apiserver's selector compares them (sharding.HexLess).
+func (s *shardSignal) holds(hash string) bool {
+	for _, r := range s.ranges {
+		if !sharding.HexLess(hash, r.Start) && sharding.HexLess(hash, r.End) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitOn returns the Wait for k's next change.
@@ -115,14 +150,40 @@ func (w *waker) waitOn(k FieldValue) Wait {
 	return Wait{sig: sig, w: w}
 }
 
-// changed wakes the values of cur and prev (nil when absent) after the
-// change from prev to cur was appended to the feed at seq: a watcher of
-// either value may see an event (an object entering or leaving its
-// selection).
+// waitShard returns the Wait for the next change to an object of sel's
+// shard (a selector the apiserver's parser made: one key for all ranges).
+func (w *waker) waitShard(sel sharding.Selector) Wait {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := sel.String()
+	sig, ok := w.shards[key]
+	if !ok {
+		reqs := sel.Requirements()
+		sig = &shardSignal{
+			signal: &signal{done: make(chan struct{}), from: w.head},
+			byUID:  len(reqs) > 0 && reqs[0].Key == ShardKeyUID,
+			ranges: reqs,
+		}
+		w.shards[key] = sig
+	}
+	return Wait{sig: sig.signal, w: w}
+}
+
+// Shard keys: the fields a shard selector may hash.
+const (
+	ShardKeyUID       = "object.metadata.uid"
+	ShardKeyNamespace = "object.metadata.namespace"
+)
+
+// changed wakes the values and shards of cur and prev (nil when absent)
+// after the change from prev to cur was appended to the feed at seq: a
+// watcher of either value may see an event (an object entering or leaving
+// its selection).
 func (w *waker) changed(cur, prev *Entry, seq uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.head = seq + 1
+	w.changedShards(cur, prev, seq)
 	for field, values := range w.chans {
 		for _, e := range [2]*Entry{cur, prev} {
 			if e == nil {
@@ -142,11 +203,64 @@ func (w *waker) changed(cur, prev *Entry, seq uint64) {
 	}
 }
 
-// wakeAll wakes every value at a continuity break or a stop: nothing may
-// be skipped, the cursors must read (and be told of the break).
+// changedShards wakes the shards that hold cur's or prev's object: each
+// entry's key is hashed once, whatever the number of shards. An entry
+// whose uid cannot be read wakes every shard by uid, whose watchers then
+// decide for themselves.
+func (w *waker) changedShards(cur, prev *Entry, seq uint64) {
+	if len(w.shards) == 0 {
+		return
+	}
+	var uidHashes, nsHashes []string
+	uidUnknown := false
+	for _, e := range [2]*Entry{cur, prev} {
+		if e == nil {
+			continue
+		}
+		nsHashes = append(nsHashes, shardHash(e.Namespace()))
+		if w.uid == nil {
+			uidUnknown = true
+			continue
+		}
+		uid, err := w.uid(e)
+		if err != nil {
+			uidUnknown = true
+			continue
+		}
+		uidHashes = append(uidHashes, shardHash(uid))
+	}
+	for key, sig := range w.shards {
+		hashes := nsHashes
+		if sig.byUID {
+			hashes = uidHashes
+		}
+		woken := sig.byUID && uidUnknown
+		for _, h := range hashes {
+			woken = woken || sig.holds(h)
+		}
+		if woken {
+			sig.at = seq
+			close(sig.done)
+			delete(w.shards, key)
+		}
+	}
+}
+
+// shardHash is value's hash as the apiserver's shard selector compares
+// it.
+func shardHash(value string) string { return "0x" + sharding.HashField(value) }
+
+// wakeAll wakes every value and shard at a continuity break or a stop:
+// nothing may be skipped, the cursors must read (and be told of the
+// break).
 func (w *waker) wakeAll() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for key, sig := range w.shards {
+		sig.at = resetSeq
+		close(sig.done)
+		delete(w.shards, key)
+	}
 	for field, values := range w.chans {
 		for _, sig := range values {
 			sig.at = resetSeq

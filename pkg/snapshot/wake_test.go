@@ -3,9 +3,12 @@ package snapshot
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/sharding"
 )
 
 func closed(ch <-chan struct{}) bool {
@@ -230,4 +233,135 @@ func TestSkipOnlyWhatTheWaitSaw(t *testing.T) {
 	if diff := cmp.Diff([]string{"ADDED a/mine@11", "ADDED a/other@12"}, feedEvents(evs)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
+}
+
+// TestWaitShard: a change wakes the watchers of the shards its object's
+// key hashes into (its uid, or its namespace), before or after the change,
+// and no others; the ranges are half-open, as the apiserver's selector
+// reads them. An object whose uid cannot be read wakes every shard by uid.
+func TestWaitShard(t *testing.T) {
+	uidOf := func(e *Entry) (string, error) {
+		if e.Raw == nil {
+			return "", errors.New("no stored object")
+		}
+		return "uid-" + e.Name(), nil
+	}
+	hashOf := func(v string) uint64 { return fnvSum(v) }
+	hex := func(h uint64) string { return fmt.Sprintf("0x%016x", h) }
+	shard := func(key string, ranges ...[2]string) sharding.Selector {
+		var reqs []sharding.ShardRangeRequirement
+		for _, r := range ranges {
+			reqs = append(reqs, sharding.ShardRangeRequirement{Key: key, Start: r[0], End: r[1]})
+		}
+		return sharding.NewSelector(reqs...)
+	}
+	const top = "0x10000000000000000"
+	h := hashOf("uid-p1")
+	nsA := hashOf("a")
+	shards := map[string]sharding.Selector{
+		// Ranges whose bounds are p1's own hash: [h, h+1) holds it,
+		// [0, h) and [h+1, 2^64) do not.
+		"uid: just p1's hash":    shard(ShardKeyUID, [2]string{hex(h), hex(h + 1)}),
+		"uid: below p1":          shard(ShardKeyUID, [2]string{"0x0000000000000000", hex(h)}),
+		"uid: above p1":          shard(ShardKeyUID, [2]string{hex(h + 1), top}),
+		"uid: above or below p1": shard(ShardKeyUID, [2]string{"0x0000000000000000", hex(h)}, [2]string{hex(h + 1), top}),
+		"uid: everything":        shard(ShardKeyUID, [2]string{"0x0000000000000000", top}),
+		"namespace: a":           shard(ShardKeyNamespace, [2]string{hex(nsA), hex(nsA + 1)}),
+		"namespace: not a":       shard(ShardKeyNamespace, [2]string{"0x0000000000000000", hex(nsA)}, [2]string{hex(nsA + 1), top}),
+	}
+	tests := []struct {
+		name   string
+		change Change
+		want   []string
+	}{
+		{
+			name:   "modified",
+			change: Change{Entry: entry("a", "p1", 12, "n1")},
+			want:   []string{"namespace: a", "uid: everything", "uid: just p1's hash"},
+		},
+		{
+			name:   "deleted, with its last state",
+			change: Change{Deleted: true, Entry: entry("a", "p1", 12, "n1")},
+			want:   []string{"namespace: a", "uid: everything", "uid: just p1's hash"},
+		},
+		{
+			name:   "another namespace's object",
+			change: Change{Entry: entry("b", "p1", 12, "n1")},
+			want:   []string{"namespace: not a", "uid: everything", "uid: just p1's hash"},
+		},
+		{
+			name:   "deleted, known by its key only",
+			change: Change{Deleted: true, Entry: &Entry{Key: "a/p1"}},
+			want: []string{"namespace: a", "uid: above or below p1", "uid: above p1", "uid: below p1",
+				"uid: everything", "uid: just p1's hash"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStore(StoreConfig{EventHistory: 1024, UID: uidOf})
+			s.Replace([]*Entry{entry("a", "p1", 1, "n1")}, 10)
+			waits := map[string]Wait{}
+			for name, sel := range shards {
+				waits[name] = s.WaitShard(sel)
+			}
+			s.MarkProgress(11)
+			s.Apply(tc.change, 12)
+			var got []string
+			for name := range shards {
+				if closed(waits[name].Done()) {
+					got = append(got, name)
+				}
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("woken (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestSkipShard: a watcher of one shard sleeps through the other shards'
+// changes, however many; its cursor skips them to the change that woke
+// it, and every continuity break wakes it without skipping.
+func TestSkipShard(t *testing.T) {
+	uidOf := func(e *Entry) (string, error) { return "uid-" + e.Name(), nil }
+	mine := fnvSum("uid-mine")
+	sel := sharding.NewSelector(sharding.ShardRangeRequirement{
+		Key: ShardKeyUID, Start: fmt.Sprintf("0x%016x", mine), End: fmt.Sprintf("0x%016x", mine+1)})
+	s := NewStore(StoreConfig{EventHistory: 16, UID: uidOf})
+	s.Replace(nil, 10)
+	cur, err := s.Subscribe(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := s.WaitShard(sel)
+	for rv := uint64(11); rv <= 100; rv++ { // more than the feed holds
+		s.Apply(Change{Entry: entry("a", fmt.Sprintf("p%d", rv%7), rv, "")}, rv)
+	}
+	if closed(w.Done()) {
+		t.Fatal("woken by other shards' changes")
+	}
+	s.Apply(Change{Entry: entry("a", "mine", 101, "")}, 101)
+	if !closed(w.Done()) {
+		t.Fatal("not woken by a change to its shard")
+	}
+	if rv := cur.Skip(w); rv != 100 {
+		t.Errorf("Skip after the wake = %d, want 100, the change before the one that woke it", rv)
+	}
+	if evs, err := cur.Read(nil); err != nil || len(evs) != 1 || evs[0].Object.Key != "a/mine" {
+		t.Fatalf("after Skip: Read = %v, %v; want a/mine", feedEvents(evs), err)
+	}
+	w = s.WaitShard(sel)
+	s.Replace(nil, 200)
+	if !closed(w.Done()) {
+		t.Fatal("not woken by a relist")
+	}
+}
+
+// fnvSum is the 64-bit FNV-1a hash of v, written out here rather than
+// taken from the code under test.
+func fnvSum(v string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(v))
+	return h.Sum64()
 }

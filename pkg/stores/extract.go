@@ -1,6 +1,7 @@
 package stores
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -85,4 +86,17 @@ func fieldValue(s fieldSpec, values map[string]string) string {
 		return "0"
 	}
 	return ""
+}
+
+// ObjectUID reads the metadata.uid of e's object, stored in format f (a
+// Table row's object for wire.Table), the key of a shard selector by uid.
+func ObjectUID(f wire.Format, e *snapshot.Entry) (string, error) {
+	if f != wire.Table {
+		return wire.ObjectUID(f, e.Raw)
+	}
+	row, ok := e.Extra.(*TableRow)
+	if !ok || row.Row == nil {
+		return "", errors.New("an entry of a Table store without its row")
+	}
+	return wire.ObjectUID(wire.MetaJSON, row.Object(e.Raw))
 }

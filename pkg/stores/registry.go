@@ -512,6 +512,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 			}
 		},
 		Pack: func(items [][]byte) [][]byte { return wire.PackItems(format, items) },
+		UID:  func(e *snapshot.Entry) (string, error) { return ObjectUID(format, e) },
 	})
 	e.source = &apiSource{client: reg.client, host: strings.TrimSuffix(reg.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
 	extract := newExtractor(info, format)

@@ -3,6 +3,7 @@ package watch
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +13,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/sharding"
+	shardparser "k8s.io/apiserver/pkg/sharding"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -213,4 +219,122 @@ func TestIdleNodeWatcherSleepsThroughOthers(t *testing.T) {
 	if diff := cmp.Diff([]got{{wire.Modified, "mine", "211", false}}, next(t, d, 1)); diff != "" {
 		t.Errorf("its own pod's change after 100 to another node (-want +got):\n%s", diff)
 	}
+}
+
+// TestShardWatchersWokenByTheirShardOnly: of 8 watchers each of one eighth
+// of the hash space of uids, a change to a pod wakes the watcher of its
+// shard only; no other reads the change or evaluates its selector, then or
+// later.
+func TestShardWatchersWokenByTheirShardOnly(t *testing.T) {
+	const shards = 8
+	waits := make(chan string, 4*shards) // shard selector of each watcher that waits
+	testHookWait = func(t Target) { waits <- t.Shard.String() }
+	uidOf := func(e *snapshot.Entry) (string, error) { return wire.ObjectUID(wire.JSON, e.Raw) }
+	store := snapshot.NewStore(snapshot.StoreConfig{UID: uidOf})
+	var entries []*snapshot.Entry
+	for i := range 100 {
+		entries = append(entries, shardedPod("ns", fmt.Sprintf("p%02d", i), 0, 5))
+	}
+	store.Replace(entries, 10)
+
+	m, err := NewMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer(Config{ServeShardSelectors: true, Metrics: m})
+	q := "watch=1&resourceVersion=10&timeoutSeconds=3600"
+	d := Decide(q)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	matches := make([]atomic.Int64, shards)
+	selectors := make([]sharding.Selector, shards)
+	for i := range shards {
+		start := fmt.Sprintf("0x%016x", uint64(i)<<61)
+		end := fmt.Sprintf("0x%016x", uint64(i+1)<<61)
+		if i == shards-1 {
+			end = "0x10000000000000000"
+		}
+		sel, err := shardparser.Parse(fmt.Sprintf("shardRange(object.metadata.uid, '%s', '%s')", start, end))
+		if err != nil {
+			t.Fatal(err)
+		}
+		selectors[i] = sel
+		r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/?"+q, nil)
+		target := Target{
+			Resource: "widgets.demo.listproxy.io", Format: wire.JSON, Type: widgetType, Store: store,
+			Match: func(e *snapshot.Entry) bool {
+				matches[i].Add(1)
+				return inShardJSON(t, sel, e)
+			},
+			Shard:             sel,
+			WatchListDefaults: true,
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv.Serve(&sink{header: http.Header{}}, r, d, target)
+		}()
+	}
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		testHookWait = nil
+	})
+	for range shards {
+		<-waits
+	}
+
+	// Each change is read by its shard's watcher, which then waits again;
+	// a watcher woken by another's change would wait again too.
+	shardOf := func(e *snapshot.Entry) int {
+		for i, sel := range selectors {
+			if inShardJSON(t, sel, e) {
+				return i
+			}
+		}
+		t.Fatalf("%s in no shard", e.Key)
+		return -1
+	}
+	var want, got []string
+	wantEvaluated := map[int]int64{}
+	for i, name := range []string{"p07", "p42", "p99"} {
+		e := shardedPod("ns", name, 0, uint64(11+i))
+		store.Apply(snapshot.Change{Entry: e}, e.RV)
+		want = append(want, selectors[shardOf(e)].String())
+		wantEvaluated[shardOf(e)] += 2 // the object and its state before
+		got = append(got, <-waits)
+	}
+	cancel()
+	wg.Wait()
+	close(waits)
+	for s := range waits {
+		got = append(got, s)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("watchers that read changes (-want +got):\n%s", diff)
+	}
+	evaluated := map[int]int64{}
+	for i := range matches {
+		if n := matches[i].Load(); n > 0 {
+			evaluated[i] = n
+		}
+	}
+	if diff := cmp.Diff(wantEvaluated, evaluated); diff != "" {
+		t.Errorf("selector evaluations by watcher (-want +got):\n%s", diff)
+	}
+	if got := testutil.ToFloat64(m.changesRead); got != 3 {
+		t.Errorf("listproxy_watch_changes_read_total = %v, want 3: each change read by its shard's watcher only", got)
+	}
+}
+
+// inShardJSON reports whether e's JSON object is in sel's shard, by the
+// apiserver's selector.
+func inShardJSON(t *testing.T, sel sharding.Selector, e *snapshot.Entry) bool {
+	var obj metav1.PartialObjectMetadata
+	if err := json.Unmarshal(e.Raw, &obj); err != nil {
+		t.Error(err)
+		return false
+	}
+	ok, err := sel.Matches(&obj)
+	return ok && err == nil
 }

@@ -142,11 +142,10 @@ func (h *Handler) target(req collection.Request, handle *stores.Handle) Target {
 	}
 	if req.Selective {
 		// Match checks the shard selector too, for each change the watcher
-		// is woken for (O(1) per watcher and change): watchers are woken by
-		// a field value (Wake) or a namespace, not indexed by shard, so a
-		// sharded watcher without either reads every change.
+		// is woken for: by a field value (Wake), a namespace or its shard.
 		t.Match = req.Match
 		t.Wake = wakeKey(req.Fields)
+		t.Shard = req.Shard
 	}
 	// A watch-list's initial events are a LIST's first page.
 	initial := req.Select(true)

@@ -40,6 +40,7 @@ type Metrics struct {
 	endedTotal    *prometheus.CounterVec
 	fanoutSeconds *prometheus.HistogramVec
 	passThrough   *prometheus.CounterVec
+	changesRead   *prometheus.CounterVec
 }
 
 // NewMetrics registers the watch metrics with reg.
@@ -56,6 +57,8 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		bytes:  counter("sent_bytes_total", "Bytes of watch events sent."),
 		initialBytes: counter("initial_bytes_total",
 			"Bytes of the initial events and their end bookmark sent to watch-lists."),
+		changesRead: counter("changes_read_total",
+			"Changes that watchers read from their store's feed and checked against their selectors, whether or not an event was sent; per change of the store, the fan-out (watchers of one node, namespace or shard read only their own changes)."),
 		endedTotal: counter("ended_total", "Served watches that ended, by reason (timeout, client_gone, too_slow, store_reset, shutdown, error).", "reason"),
 		passThrough: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "watch", Name: "passed_through_total",
 			Help: "Watches passed through to the apiserver, by why listproxy did not serve them."}, []string{"resource", "reason"}),
@@ -63,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time from a change being applied to the store to its event being written to a watcher.",
 			Buckets: []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}}, labels),
 	}
-	for _, c := range []prometheus.Collector{m.open, m.served, m.events, m.bytes, m.initialBytes, m.endedTotal, m.fanoutSeconds, m.passThrough} {
+	for _, c := range []prometheus.Collector{m.open, m.served, m.events, m.bytes, m.initialBytes, m.endedTotal, m.fanoutSeconds, m.passThrough, m.changesRead} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register watch metrics: %w", err)
 		}
@@ -113,6 +116,13 @@ func (m *Metrics) initial(labels []string, n int) {
 		return
 	}
 	m.initialBytes.WithLabelValues(labels...).Add(float64(n))
+}
+
+func (m *Metrics) read(labels []string, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.changesRead.WithLabelValues(labels...).Add(float64(n))
 }
 
 func (m *Metrics) ended(labels []string, reason string) {

@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -87,6 +88,10 @@ type Target struct {
 	// requirement of the field selector): the watch then waits for changes
 	// to objects that have or had it only. Zero: none.
 	Wake snapshot.FieldValue
+	// Shard is the request's shard selector (KEP-5866), which Match also
+	// checks: without Wake or Namespace, the watch waits for changes to
+	// its shard's objects only. Nil: none.
+	Shard sharding.Selector
 	// WatchListDefaults: the apiserver turns a watch from resourceVersion
 	// "" or "0" without sendInitialEvents into a watch-list (its WatchList
 	// feature is on). Where it does not, such a watch has the older

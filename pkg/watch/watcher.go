@@ -388,16 +388,18 @@ func (w *watcher) stream(ctx context.Context) string {
 }
 
 // waitForChanges returns a channel closed when the store may have a change
-// for the watcher. A watcher of one field value (a node's pods) or one
-// namespace waits for changes to its objects only, and keeps that wait
-// (w.wait) to skip the others' changes without reading them (skip);
-// others wait for any change.
+// for the watcher. A watcher of one field value (a node's pods), one
+// namespace or one shard waits for changes to its objects only, and keeps
+// that wait (w.wait) to skip the others' changes without reading them
+// (skip); others wait for any change.
 func (w *watcher) waitForChanges() <-chan struct{} {
 	switch {
 	case w.t.Wake.Field != "":
 		w.wait = w.t.Store.WaitOn(w.t.Wake)
 	case w.t.Namespace != "":
 		w.wait = w.t.Store.WaitIn(w.t.Namespace)
+	case w.t.Shard != nil:
+		w.wait = w.t.Store.WaitShard(w.t.Shard)
 	default:
 		return w.t.Store.Changed()
 	}
@@ -468,6 +470,7 @@ func (w *watcher) readChanges() (int, error) {
 		buf[i] = snapshot.Event{} // release the entries
 	}
 	n := len(buf)
+	w.metrics.read(w.labels, n)
 	*bp = buf[:0]
 	eventBufs.Put(bp)
 	switch {
