@@ -77,20 +77,7 @@ func inShard(t *testing.T, sel sharding.Selector, f wire.Format, raw []byte) boo
 // walk returns.
 func TestShardSelectorDifferential(t *testing.T) {
 	start := time.Now()
-	v, err := binaries.KubeVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	minor, err := strconv.Atoi(strings.Split(v, ".")[1])
-	if err != nil {
-		t.Fatalf("release %q: %v", v, err)
-	}
-	var cfg framework.ControlPlaneConfig
-	gated := minor >= 37
-	if gated {
-		cfg.ExtraAPIServerArgs = []string{"--feature-gates=ShardedListAndWatch=true"}
-	}
-	cp := framework.Start(t, cfg)
+	cp, v, gated := startShardControlPlane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	namespaces := []string{"shard-a", "shard-b", "shard-c"}
@@ -262,6 +249,27 @@ func TestShardSelectorDifferential(t *testing.T) {
 		t.Errorf("listproxy_watch_passed_through_total = %v, want 0", got)
 	}
 	t.Logf("done in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// startShardControlPlane starts a control plane of the selected release,
+// with the ShardedListAndWatch gate on where the release has it (1.37+),
+// and returns it, the release and whether the gate is on.
+func startShardControlPlane(t *testing.T) (cp *framework.ControlPlane, release string, gated bool) {
+	t.Helper()
+	v, err := binaries.KubeVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minor, err := strconv.Atoi(strings.Split(v, ".")[1])
+	if err != nil {
+		t.Fatalf("release %q: %v", v, err)
+	}
+	var cfg framework.ControlPlaneConfig
+	gated = minor >= 37
+	if gated {
+		cfg.ExtraAPIServerArgs = []string{"--feature-gates=ShardedListAndWatch=true"}
+	}
+	return framework.Start(t, cfg), v, gated
 }
 
 // randomRanges is a shard selector of n random ranges of the hash space on
