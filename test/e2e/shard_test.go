@@ -24,11 +24,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	shardparser "k8s.io/apiserver/pkg/sharding"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
 	"github.com/listproxy/listproxy/test/framework/binaries"
+	"github.com/listproxy/listproxy/test/framework/seed"
 )
 
 // shardOracle answers what the apiserver with ShardedListAndWatch on
@@ -245,6 +249,174 @@ func TestShardSelectorDifferential(t *testing.T) {
 	}
 	wg.Wait()
 	m := framework.Scrape(t, nil, lp.URL+"/metrics")
+	if got := m.Sum("listproxy_watch_passed_through_total"); got != 0 {
+		t.Errorf("listproxy_watch_passed_through_total = %v, want 0", got)
+	}
+	t.Logf("done in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// TestShardSelectorInformers: client-go pod informers at their defaults
+// (watch-lists) through listproxy, four with shard selectors on
+// metadata.uid that split the hash space at random uneven points (one
+// shard two ranges joined by ||) and one without, partition a namespace
+// exactly across 100 creates, 100 label updates and 50 deletes of its
+// 200 pods: the union of the shards' stores equals the unsharded store,
+// which equals the apiserver's LIST (namespace/name → resourceVersion);
+// no pod is in two shards; every pod in a shard's store, and every add,
+// update and delete its handlers receive, is in the shard by the
+// apiserver's own rule (sharding.Selector.Matches). listproxy serves the
+// sharded watch-lists from snapshots and passes none through. On a
+// release without ShardedListAndWatch (1.31), which ignores
+// shardSelector, the answers are the same.
+func TestShardSelectorInformers(t *testing.T) {
+	start := time.Now()
+	cp, v, gated := startShardControlPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const ns, seeded = "shard-informers", 200
+	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs := cp.Clientset(framework.UserAdmin)
+	pods := make([]*corev1.Pod, seeded)
+	for i := range pods {
+		pods[i] = newPod(ns, fmt.Sprintf("pod-%03d", i), i)
+	}
+	if err := seed.Pods(ctx, cs, pods, seed.Options{Workers: 8}); err != nil {
+		t.Fatalf("seeding: %v", err)
+	}
+	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint, "--resources=pods")
+	// Typed informers read protobuf: their store answers from the start.
+	warmPods(ctx, t, newRawClient(t, lp.Config()), wire.Protobuf)
+
+	rngSeed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(rngSeed, 5866))
+	t.Logf("shards drawn with seed %d (apiserver %s, ShardedListAndWatch %v)", rngSeed, v, gated)
+	var shards []*shardInformer
+	for i, s := range randomPartition(rng) {
+		sel, err := shardparser.Parse(s)
+		if err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+		t.Logf("shard %d: %s", i, s)
+		shards = append(shards, &shardInformer{selector: s, sel: sel, events: map[string]int{}})
+	}
+
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	var factories []informers.SharedInformerFactory
+	defer func() {
+		stopInformers()
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}()
+	newInformer := func(tweak func(*metav1.ListOptions)) cache.SharedIndexInformer {
+		f := informers.NewSharedInformerFactoryWithOptions(kubernetes.NewForConfigOrDie(lp.Config()), 0,
+			informers.WithNamespace(ns), informers.WithTweakListOptions(tweak))
+		factories = append(factories, f)
+		return f.Core().V1().Pods().Informer()
+	}
+	for _, s := range shards {
+		s.inf = newInformer(func(o *metav1.ListOptions) { o.ShardSelector = s.selector })
+		if _, err := s.inf.AddEventHandler(s.handler()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole := newInformer(func(*metav1.ListOptions) {})
+	for _, f := range factories {
+		f.Start(informerCtx.Done())
+	}
+	for i, f := range factories {
+		for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				t.Fatalf("informer %d of %v through listproxy never synced", i, typ)
+			}
+		}
+	}
+	t.Logf("control plane, %d pods, listproxy and %d informers ready in %v", seeded, len(factories), time.Since(start).Round(time.Millisecond))
+
+	// Writes: 100 pods created, 100 of the seeded relabelled, 50 others
+	// deleted, in random order.
+	const created, updated, deleted = 100, 100, 50
+	order := rng.Perm(seeded)
+	writes := rng.Perm(created + updated + deleted)
+	if err := framework.Parallel(ctx, 8, len(writes), func(ctx context.Context, i int) error {
+		switch w := writes[i]; {
+		case w < created:
+			_, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("new-%03d", w), w), metav1.CreateOptions{})
+			return err
+		case w < created+updated:
+			_, err := cs.CoreV1().Pods(ns).Patch(ctx, pods[order[w-created]].Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{})
+			return err
+		default:
+			return cs.CoreV1().Pods(ns).Delete(ctx, pods[order[w-created]].Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("writes done at %v", time.Since(start).Round(time.Millisecond))
+
+	// The stores converge on the apiserver's LIST, partitioned, and the
+	// handlers are notified of every write; a pod outside its shard, in a
+	// store or a notification, fails at once.
+	var last, outside string
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		if outside = outsideShards(shards); outside != "" {
+			return false, errors.New("a pod outside its shard")
+		}
+		list, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			if last == "" {
+				last = "LIST from the apiserver: " + err.Error()
+			}
+			return false, nil
+		}
+		want := make(map[string]string, len(list.Items))
+		for _, p := range list.Items {
+			want[p.Namespace+"/"+p.Name] = p.ResourceVersion
+		}
+		last = partitionDiff(want, whole.GetStore(), shards)
+		if last == "" {
+			last = eventsDiff(shards, seeded+created, updated, deleted)
+		}
+		return last == "", nil
+	})
+	if outside != "" {
+		t.Fatalf("pods outside their shard: %s", outside)
+	}
+	if err != nil {
+		t.Fatalf("the informers never partitioned the apiserver's %d pods exactly: %s", seeded+created-deleted, last)
+	}
+	t.Logf("converged at %v", time.Since(start).Round(time.Millisecond))
+	for i, s := range shards {
+		n := len(s.inf.GetStore().ListKeys())
+		if n == 0 {
+			t.Errorf("shard %d %s holds no pod: not a test", i, s.selector)
+		}
+		s.mu.Lock()
+		t.Logf("shard %d: %d pods, notified of %v", i, n, s.events)
+		s.mu.Unlock()
+	}
+
+	// listproxy served the shards' watch-lists; they count once they end.
+	stopInformers()
+	for _, f := range factories {
+		f.Shutdown()
+	}
+	if outside := outsideShards(shards); outside != "" {
+		t.Errorf("pods outside their shard: %s", outside)
+	}
+	const sharded = "listproxy_http_sharded_requests_total"
+	var m framework.Metrics
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		m = framework.Scrape(t, nil, lp.URL+"/metrics")
+		return m.Sum(sharded, `verb="watch"`, `source="snapshot"`) >= float64(len(shards)), nil
+	})
+	bySource := m.ByLabel(sharded, "source")
+	t.Logf("%s by source: %v; from snapshots by verb: %v", sharded, bySource, m.ByLabel(sharded, "verb", `source="snapshot"`))
+	if err != nil || len(bySource) != 1 || bySource[httpapi.SourceSnapshot] == 0 {
+		t.Errorf("%s by source: %v; want only %q, with the %d shards' watch-lists", sharded, bySource, httpapi.SourceSnapshot, len(shards))
+	}
 	if got := m.Sum("listproxy_watch_passed_through_total"); got != 0 {
 		t.Errorf("listproxy_watch_passed_through_total = %v, want 0", got)
 	}
@@ -614,4 +786,175 @@ func firstKeyDiffs(got, want []string) []string {
 		}
 	}
 	return out
+}
+
+// randomPartition splits the hash space of object.metadata.uid at four
+// random points into five uneven ranges, each at least a sixteenth of it
+// (so that each holds pods), and deals them to four shard selectors: one
+// takes two ranges that do not touch, joined by " || ". Ranges are
+// half-open, their bounds 16 hex digits, the last end 0x10000000000000000.
+func randomPartition(rng *rand.Rand) []string {
+	const minWidth = 1 << 60
+	var cuts []uint64
+	for {
+		cuts = []uint64{rng.Uint64(), rng.Uint64(), rng.Uint64(), rng.Uint64()}
+		slices.Sort(cuts)
+		ok := cuts[0] >= minWidth && cuts[3] <= math.MaxUint64-minWidth+1
+		for i := 1; i < len(cuts); i++ {
+			ok = ok && cuts[i]-cuts[i-1] >= minWidth
+		}
+		if ok {
+			break
+		}
+	}
+	bounds := []string{"0x0000000000000000"}
+	for _, c := range cuts {
+		bounds = append(bounds, fmt.Sprintf("0x%016x", c))
+	}
+	bounds = append(bounds, "0x10000000000000000")
+	ranges := make([]string, len(bounds)-1)
+	for i := range ranges {
+		ranges[i] = fmt.Sprintf("shardRange(object.metadata.uid, '%s', '%s')", bounds[i], bounds[i+1])
+	}
+	apart := [][2]int{{0, 2}, {0, 3}, {0, 4}, {1, 3}, {1, 4}, {2, 4}}
+	pair := apart[rng.IntN(len(apart))]
+	if rng.IntN(2) == 0 {
+		pair[0], pair[1] = pair[1], pair[0]
+	}
+	shards := []string{ranges[pair[0]] + " || " + ranges[pair[1]]}
+	for i, r := range ranges {
+		if i != pair[0] && i != pair[1] {
+			shards = append(shards, r)
+		}
+	}
+	rng.Shuffle(len(shards), func(i, j int) { shards[i], shards[j] = shards[j], shards[i] })
+	return shards
+}
+
+// shardInformer is a pod informer with a shard selector, and what its
+// handlers were notified of.
+type shardInformer struct {
+	selector string
+	sel      sharding.Selector
+	inf      cache.SharedIndexInformer
+
+	mu      sync.Mutex
+	events  map[string]int // notifications by kind: add, update, delete
+	outside []string       // notifications of pods outside the shard
+}
+
+func (s *shardInformer) handler() cache.ResourceEventHandler {
+	record := func(kind string, obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.events[kind]++
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			s.outside = append(s.outside, fmt.Sprintf("%s of a %T", kind, obj))
+			return
+		}
+		if in, err := s.sel.Matches(pod); err != nil || !in {
+			s.outside = append(s.outside, kind+" "+describeShardMiss(pod, err))
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { record("add", obj) },
+		UpdateFunc: func(_, obj any) { record("update", obj) },
+		DeleteFunc: func(obj any) { record("delete", obj) },
+	}
+}
+
+// partitionDiff describes how the informers' stores fail to partition
+// want, the apiserver's namespace/name → resourceVersion: the unsharded
+// store and the union of the shards' must equal it, and no pod may be in
+// two shards. "" when they partition it.
+func partitionDiff(want map[string]string, whole cache.Store, shards []*shardInformer) string {
+	var diffs, twice []string
+	if d := diffKeys(want, storeKeysAndRVs(whole)); d != "" {
+		diffs = append(diffs, "unsharded informer: "+d)
+	}
+	union := map[string]string{}
+	shardOf := map[string]int{}
+	for i, s := range shards {
+		for _, obj := range s.inf.GetStore().List() {
+			pod := obj.(*corev1.Pod)
+			key := pod.Namespace + "/" + pod.Name
+			if j, ok := shardOf[key]; ok {
+				twice = append(twice, fmt.Sprintf("%s in shards %d and %d", key, j, i))
+			}
+			shardOf[key] = i
+			union[key] = pod.ResourceVersion
+		}
+	}
+	if d := diffKeys(want, union); d != "" {
+		diffs = append(diffs, "union of the shards: "+d)
+	}
+	if len(twice) > 0 {
+		diffs = append(diffs, fmt.Sprintf("%d pods in two shards: %s", len(twice), capped(twice, 5)))
+	}
+	return strings.Join(diffs, "; ")
+}
+
+// outsideShards describes the pods in a shard's store, or in a
+// notification to its handlers, that its selector does not match; ""
+// when there are none.
+func outsideShards(shards []*shardInformer) string {
+	var diffs []string
+	for i, s := range shards {
+		var outside []string
+		for _, obj := range s.inf.GetStore().List() {
+			pod := obj.(*corev1.Pod)
+			if in, err := s.sel.Matches(pod); err != nil || !in {
+				outside = append(outside, describeShardMiss(pod, err))
+			}
+		}
+		if len(outside) > 0 {
+			diffs = append(diffs, fmt.Sprintf("shard %d %s holds %d: %s", i, s.selector, len(outside), capped(outside, 3)))
+		}
+		s.mu.Lock()
+		if len(s.outside) > 0 {
+			diffs = append(diffs, fmt.Sprintf("shard %d was notified of %d: %s", i, len(s.outside), capped(s.outside, 3)))
+		}
+		s.mu.Unlock()
+	}
+	return strings.Join(diffs, "; ")
+}
+
+// eventsDiff describes how the shards' handlers were notified of fewer
+// than adds, updates and deletes in all, "" when they were not.
+func eventsDiff(shards []*shardInformer, adds, updates, deletes int) string {
+	got := map[string]int{}
+	for _, s := range shards {
+		s.mu.Lock()
+		for k, n := range s.events {
+			got[k] += n
+		}
+		s.mu.Unlock()
+	}
+	if got["add"] < adds || got["update"] < updates || got["delete"] < deletes {
+		return fmt.Sprintf("the shards' handlers were notified of %d adds, %d updates, %d deletes, want at least %d, %d, %d", got["add"], got["update"], got["delete"], adds, updates, deletes)
+	}
+	return ""
+}
+
+// capped is the first n of items, sorted, and how many more there are.
+func capped(items []string, n int) string {
+	items = slices.Sorted(slices.Values(items))
+	if len(items) > n {
+		items = append(items[:n:n], fmt.Sprintf("… %d more", len(items)-n))
+	}
+	return strings.Join(items, "; ")
+}
+
+// describeShardMiss names pod and the hash of its uid, for a selector
+// that did not match it (err: failed on it).
+func describeShardMiss(pod *corev1.Pod, err error) string {
+	d := fmt.Sprintf("%s/%s (uid %s hashes to 0x%s)", pod.Namespace, pod.Name, pod.UID, sharding.HashField(string(pod.UID)))
+	if err != nil {
+		d += ": " + err.Error()
+	}
+	return d
 }
