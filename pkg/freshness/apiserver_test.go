@@ -1098,20 +1098,25 @@ func TestAuxWatchIgnoresReplays(t *testing.T) {
 // watch that covers N (no probe: N is the client's), and the store keeps N.
 func TestThroughAPIServerRequestsAhead(t *testing.T) {
 	t.Run("holds", func(t *testing.T) {
+		// A watch from 20 needs every change after 20, which the store's
+		// watch will deliver once the resource has reached 20: one probe
+		// shows it, without waiting for the store or a watch of its own.
 		h := newProofHarness(t, harnessConfig{})
 		got := make(chan bool, 1)
 		go func() { got <- h.p.Holds(context.Background(), 20) }()
-		w := h.watchOpened(t, listedAt)
-		w.steps <- watchStep{events: []string{added("b", 12), bookmark(21)}}
-		empty(t, got, "Holds(20) before the store held the change at 12")
-		apply(h.store, change{name: "b", rv: 12})
+		h.answerProbe(t, probeList(20))
 		if !recv(t, got, "Holds(20)") {
-			t.Fatal("Holds(20) = false after the store held the last change before it")
+			t.Fatal("Holds(20) = false with the resource at 20")
 		}
-		if p := h.store.Progress(); p != 20 {
-			t.Errorf("store progress = %d, want 20", p)
+		go func() { got <- h.p.Holds(context.Background(), 20) }()
+		h.answerProbe(t, probeList(25))
+		if !recv(t, got, "Holds(20)") {
+			t.Fatal("Holds(20) = false with the resource at 25")
 		}
-		empty(t, h.api.probes, "probe")
+		if p := h.store.Progress(); p != listedAt {
+			t.Errorf("store progress = %d, want %d: nothing proved the store holds more", p, listedAt)
+		}
+		h.noMoreWatches(t)
 	})
 	t.Run("not_older_than", func(t *testing.T) {
 		h := newProofHarness(t, harnessConfig{})
@@ -1152,17 +1157,20 @@ func TestThroughAPIServerRequestsAhead(t *testing.T) {
 	t.Run("beyond_the_apiserver", func(t *testing.T) {
 		h := newProofHarness(t, harnessConfig{timeout: 5 * time.Second})
 		got := make(chan bool, 1)
-		go func() { got <- h.p.Holds(context.Background(), 1000) }()
-		for range 2 {
-			w := h.watchOpened(t, listedAt)
-			w.steps <- watchStep{events: []string{bookmark(30)}}
+		go func() { got <- h.p.Holds(context.Background(), 31) }()
+		h.answerProbe(t, probeList(30))
+		if recv(t, got, "Holds(31)") {
+			t.Error("Holds(31) = true for a revision beyond the resource's")
 		}
-		if recv(t, got, "Holds(1000)") {
-			t.Error("Holds(1000) = true for a revision no watch reached")
+		go func() { got <- h.p.Holds(context.Background(), 20) }()
+		h.answerProbe(t, probeAnswer{status: http.StatusServiceUnavailable, body: "{}"})
+		if recv(t, got, "Holds(20)") {
+			t.Error("Holds(20) = true with the probe failing")
 		}
 		if p := h.store.Progress(); p != listedAt {
 			t.Errorf("store progress = %d, want %d", p, listedAt)
 		}
+		h.noMoreWatches(t)
 	})
 }
 
@@ -1519,4 +1527,54 @@ func TestConsistentThroughAPIServerStateProbe(t *testing.T) {
 		h.answerProbe(t, probeAnswer{status: http.StatusForbidden, body: `{}`})
 		checkPassedThrough(t, recv(t, res, "read"), ProbeFailed)
 	})
+}
+
+// A read not older than minRV, past a small store's progress (a
+// state-proven read's resourceVersion), is proven by the state probe at
+// once when it shows the store's snapshot at R ≥ minRV, and served at R;
+// a state at R < minRV, or one that differs, leaves it to the auxiliary
+// watch.
+func TestNotOlderThanByStateProbe(t *testing.T) {
+	type answer struct {
+		snap *snapshot.Snapshot
+		rv   uint64
+	}
+	notOlderThan := func(h *proofHarness, minRV uint64) <-chan answer {
+		got := make(chan answer, 1)
+		go func() {
+			snap, rv, _ := h.p.NotOlderThan(context.Background(), minRV, 10*time.Second)
+			got <- answer{snap, rv}
+		}()
+		return got
+	}
+	t.Run("state_at_R", func(t *testing.T) {
+		h := newProofHarness(t, harnessConfig{stateProofMaxObjects: 2})
+		relist(h.store, listedAt, change{name: "a", rv: 5})
+		got := notOlderThan(h, 13)
+		h.answerProbe(t, listOf(14, "a@5"))
+		a := recv(t, got, "NotOlderThan(13)")
+		if a.snap == nil || a.rv != 14 || a.snap.Len() != 1 {
+			t.Fatalf("NotOlderThan(13) = %v at %d; want the store's snapshot at 14", a.snap, a.rv)
+		}
+		h.noMoreWatches(t)
+	})
+	for name, state := range map[string]probeAnswer{
+		"state_before_minRV": listOf(12, "a@5"),
+		"state_differs":      listOf(14, "a@11"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			h := newProofHarness(t, harnessConfig{stateProofMaxObjects: 2})
+			relist(h.store, listedAt, change{name: "a", rv: 5})
+			got := notOlderThan(h, 13)
+			h.answerProbe(t, state)
+			w := h.watchOpened(t, listedAt)
+			w.steps <- watchStep{events: []string{bookmark(13)}}
+			// The auxiliary watch shows no change in (10, 13]: the
+			// store's snapshot is served at 13.
+			a := recv(t, got, "NotOlderThan(13)")
+			if a.snap == nil || a.rv != 13 {
+				t.Fatalf("NotOlderThan(13) = %v at %d; want the snapshot served at 13", a.snap, a.rv)
+			}
+		})
+	}
 }

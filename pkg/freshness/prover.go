@@ -219,8 +219,7 @@ func (p *Prover) throughAPIServer() *apiserverProof {
 // (ConsistentIfCheap) opens no auxiliary watch.
 func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserverProof, small bool) (*snapshot.Snapshot, uint64, Outcome) {
 	var r uint64
-	snap, _, err := p.cfg.Store.Latest()
-	byState := err == nil && snap.Len() <= proof.shared.api.cfg.StateProofMaxObjects
+	byState := p.provableByState(proof)
 	if small && !byState && !p.cfg.Store.ChangedWithin(quietAfter*proof.shared.api.cfg.FastWait) {
 		// A quiet store's feed is unlikely to prove the read within the
 		// fast path's wait, and the apiserver answers a small read in
@@ -258,6 +257,13 @@ func (p *Prover) consistentThroughAPIServer(ctx context.Context, proof *apiserve
 		return nil, 0, ProgressTimeout
 	}
 	return snap, max(rv, r), Served
+}
+
+// provableByState reports whether the store is small enough for the state
+// probe (APIServerConfig.StateProofMaxObjects) and synced.
+func (p *Prover) provableByState(proof *apiserverProof) bool {
+	snap, _, err := p.cfg.Store.Latest()
+	return err == nil && snap.Len() <= proof.shared.api.cfg.StateProofMaxObjects
 }
 
 // provenByState proves a consistent read with the state probe: a
@@ -373,14 +379,18 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 	return p.cfg.Store.At(last)
 }
 
-// Holds reports whether the store holds every change of the resource up to
-// rv, a revision newer than it has seen (a consistent read's): etcd tells
-// the last change at or before rv, and the store reaches it within the
-// proof timeout. Unlike At it needs no snapshot at rv, so a compacted rv
-// is no obstacle. Without etcd the store's own feed or an auxiliary watch
-// tells the last change. False when it cannot be proven: no proof, the
-// prefix not verified, or etcd (or the apiserver's watches) not at rv in
-// time (never, for an rv beyond etcd's revisions).
+// Holds reports whether a watch from rv, a revision newer than the store
+// has seen (a consistent read's), may be served from the store's feed:
+// whether every change after rv will reach it. With etcd, etcd tells the
+// last change at or before rv and the store reaches it within the proof
+// timeout. Without etcd, it is enough that rv is at or below the
+// resource's revision, which the probe by name reads in one round trip:
+// the store's watch then delivers every change after rv, in order, and a
+// cursor subscribed at rv skips the changes up to rv that arrive later
+// (snapshot.Store.Subscribe). Unlike At it needs no snapshot at rv, so a
+// compacted rv is no obstacle. False when it cannot be shown: no proof,
+// the prefix not verified, the probe failing, or rv beyond etcd's (or the
+// apiserver's) revision.
 func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	rev, ok := etcdRevision(rv)
 	if !ok {
@@ -389,8 +399,8 @@ func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, true)
-		return err == nil
+		current, _, err := p.remote.shared.probes.current(ctx)
+		return err == nil && rev <= current
 	}
 	if p.cfg.Checker == nil {
 		return false
@@ -448,8 +458,11 @@ func (e *TooLargeError) Error() string {
 // hold (the read is then served at minRV); when etcd itself has not reached
 // minRV in time, it returns a *TooLargeError. Through the apiserver, the
 // store's own feed or an auxiliary watch tells the last change at or
-// before minRV likewise; with no proof at all the store waits for minRV. A nil snapshot and nil error mean the read must pass through so
-// that the apiserver decides, as for a minRV beyond etcd's revisions.
+// before minRV likewise, or, for a small store, the state probe shows its
+// snapshot at a revision ≥ minRV (served there); with no proof at all the
+// store waits for minRV. A nil snapshot and nil error mean the read must
+// pass through so that the apiserver decides, as for a minRV beyond etcd's
+// revisions.
 func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Duration) (*snapshot.Snapshot, uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -461,6 +474,14 @@ func (p *Prover) NotOlderThan(ctx context.Context, minRV uint64, wait time.Durat
 		return nil, 0, nil
 	}
 	if p.remote != nil {
+		// A small store's state probe proves at once the snapshot it
+		// shows at R: enough when R ≥ minRV (a state-proven read's
+		// resourceVersion, which the store's progress has not reached).
+		if p.provableByState(p.remote) {
+			if snap, rv, _, err := p.provenByState(ctx, p.remote); err == nil && rv >= minRV {
+				return snap, rv, nil
+			}
+		}
 		snap, rv, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, minRV, true)
 		if err != nil {
 			return nil, 0, nil

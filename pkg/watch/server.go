@@ -114,11 +114,11 @@ type Target struct {
 	// event. A nil snapshot without it passes the watch through. Nil: the
 	// store alone is waited for, and passes through on timeout.
 	NotOlderThan func(ctx context.Context, rv uint64, wait time.Duration) (snap *snapshot.Snapshot, at uint64, tooLarge *metav1.Status)
-	// Holds proves that the store holds every change up to rv, an rv past
-	// the store's progress (the resourceVersion of a consistent
-	// watch-list's bookmark, which etcd proved): a watch from rv is then
-	// served from the store's feed. Nil, or false, passes such a watch
-	// through.
+	// Holds proves that every change after rv, an rv past the store's
+	// progress (a consistent read's resourceVersion), will reach the
+	// store: a watch from rv is then served from the store's feed, whose
+	// cursor skips the changes up to rv that arrive later. Nil, or false,
+	// passes such a watch through.
 	Holds func(ctx context.Context, rv uint64) bool
 	// Unchanged proves that the resource had no change after from up to
 	// to: a watch from from, older than the store's feed, is then served
@@ -282,10 +282,10 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 			return false, "not_older_than_timeout"
 		}
 	case From:
-		// The store must have seen every change up to d.RV: a later RV
-		// (a consistent watch-list's bookmark, another replica's) is
-		// served once etcd proves that the store holds every change up
-		// to it, else it is the apiserver's.
+		// A later RV than the store's progress (a consistent read's,
+		// another replica's) is served once Holds proves that every
+		// change after it will reach the store, else it is the
+		// apiserver's.
 		if !t.Store.Synced() {
 			return false, "resource_version_ahead"
 		}

@@ -402,9 +402,10 @@ func TestServeTooLargeResourceVersion(t *testing.T) {
 }
 
 // TestServeFromProvenResourceVersion: a watch from a resourceVersion past
-// the store's progress (a consistent watch-list's bookmark) is served from
-// the feed once Holds proves the store holds every change up to it, and
-// passes through otherwise.
+// the store's progress (a consistent read's) is served from the feed once
+// Holds proves that every change after it will reach the store, and passes
+// through otherwise. The changes up to it that the store receives later
+// are not the watch's: it sends those after it only.
 func TestServeFromProvenResourceVersion(t *testing.T) {
 	store := snapshot.NewStore(snapshot.StoreConfig{})
 	store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
@@ -426,8 +427,9 @@ func TestServeFromProvenResourceVersion(t *testing.T) {
 	}
 	d := open(t, ts.URL+"?watch=1&resourceVersion=20")
 	defer d.Close()
-	// Changes at or before the proven rv cannot exist; the next one is
-	// after it.
+	// The store, behind the resource, receives a change at 15, which the
+	// watch's client already has, then one after 20.
+	store.Apply(snapshot.Change{Entry: widget("w3", 15, "a")}, 15)
 	store.Apply(snapshot.Change{Entry: widget("w2", 25, "a")}, 25)
 	if diff := cmp.Diff([]got{{wire.Added, "w2", "25", false}}, next(t, d, 1)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
