@@ -25,12 +25,20 @@ var controlPlaneWorkload = workload.Config{
 	Nodes: 50, PodsPerNode: 250,
 	Namespaces: 20, DeletedNamespaces: 5,
 	Deployments: 50, Replicas: 10,
-	MeasureLatency: true,
+	MeasureLatency:  true,
+	ReconcileProbes: 40,
 }
 
 const (
 	controlPlaneReconcileSlack = 50 * time.Millisecond
 	controlPlaneDeletionSlack  = time.Second
+	// controlPlaneRestartWindow is how long the components' restart is
+	// measured: their informers' lists and watch-lists of the converged
+	// cluster take a few seconds of it.
+	controlPlaneRestartWindow = 40 * time.Second
+	// controlPlaneReadRatio is how many times less apiserver+etcd CPU the
+	// components' restart must cost through listproxy.
+	controlPlaneReadRatio = 10
 )
 
 // controlPlaneSide is one run of the workload, directly or through
@@ -48,8 +56,19 @@ type controlPlaneSide struct {
 	ReconcileP99 num `json:"reconcile_p99_s"`
 	RescaleP50   num `json:"rescale_p50_s"`
 	RescaleP99   num `json:"rescale_p99_s"`
+	// ProbeP50 and ProbeP99 are the reconcile probes' times (one
+	// Deployment scaled by one at a time, on the converged cluster) from
+	// the change to its status showing it done, in seconds.
+	ProbeP50 num `json:"probe_p50_s"`
+	ProbeP99 num `json:"probe_p99_s"`
 	// NamespaceMax is the slowest namespace deletion, in seconds.
 	NamespaceMax num `json:"namespace_deletion_max_s"`
+	// RestartAPIServerCPU and RestartListproxyCPU are the CPU seconds
+	// the components' restart on the converged cluster cost apiserver+etcd
+	// and listproxy within controlPlaneRestartWindow, beyond their idle
+	// rate: the price of the control plane's reads.
+	RestartAPIServerCPU num `json:"restart_apiserver_etcd_cpu_s"`
+	RestartListproxyCPU num `json:"restart_listproxy_cpu_s"`
 	// CPU seconds from the components' start to the end: apiserver+etcd,
 	// listproxy, and kube-controller-manager+kube-scheduler.
 	APIServerCPU  num `json:"apiserver_etcd_cpu_s"`
@@ -177,11 +196,29 @@ func controlPlaneRun(ctx context.Context, cfg config, side string, rep int) (*co
 		FirstPhase: num(res.Created.Seconds()), SecondPhase: num(res.Changed.Seconds()),
 		ReconcileP50: num(percentile(seconds(res.Reconcile), 50)), ReconcileP99: num(percentile(seconds(res.Reconcile), 99)),
 		RescaleP50: num(percentile(seconds(res.Rescale), 50)), RescaleP99: num(percentile(seconds(res.Rescale), 99)),
+		ProbeP50: num(percentile(seconds(res.Probe), 50)), ProbeP99: num(percentile(seconds(res.Probe), 99)),
 		NamespaceMax:  num(slices.Max(append(seconds(res.NamespaceDeletion), 0))),
 		APIServerCPU:  num((cpuTime(apiPIDs) - apiBefore).Seconds()),
 		ListproxyCPU:  num((cpuTime(lpPIDs) - lpBefore).Seconds()),
 		ComponentsCPU: num(cpuTime(compPIDs).Seconds()),
 	}
+	// The components' restart, as after a rollout of the control plane:
+	// every informer lists (or watch-lists) the converged cluster again.
+	if err := c.Stop(); err != nil {
+		return nil, nil, fmt.Errorf("stop components for their restart: %w", err)
+	}
+	apiIdle, lpIdle := cpuRate(ctx, apiPIDs, 5*time.Second), cpuRate(ctx, lpPIDs, 5*time.Second)
+	apiBefore, lpBefore = cpuTime(apiPIDs), cpuTime(lpPIDs)
+	components.Dir = filepath.Join(dir, "components-restarted")
+	if c, err = cp.StartComponents(ctx, components); err != nil {
+		return nil, nil, fmt.Errorf("restart components: %w", err)
+	}
+	if err := pause(ctx, controlPlaneRestartWindow); err != nil {
+		return nil, nil, err
+	}
+	window := controlPlaneRestartWindow.Seconds()
+	s.RestartAPIServerCPU = num(max(0, (cpuTime(apiPIDs)-apiBefore).Seconds()-apiIdle*window))
+	s.RestartListproxyCPU = num(max(0, (cpuTime(lpPIDs)-lpBefore).Seconds()-lpIdle*window))
 	if rs != nil {
 		s.ListproxyPeakRSS = rs.Replicas[0].PeakRSS()
 	}
@@ -223,13 +260,14 @@ func controlPlaneMarkdown(cfg config, sides []*controlPlaneSide) (string, []stri
 	fmt.Fprintf(&b, "control plane through listproxy (proof %s): %d Deployments of %d pods, %d nodes, %d of %d namespaces deleted\n\n",
 		cfg.consistentProof, controlPlaneWorkload.Namespaces*controlPlaneWorkload.Deployments, controlPlaneWorkload.Replicas,
 		controlPlaneWorkload.Nodes, controlPlaneWorkload.DeletedNamespaces, controlPlaneWorkload.Namespaces)
-	b.WriteString("| rep | side | phase 1 s | phase 2 s | reconcile p50 / p99 s | rescale p50 / p99 s | ns deletion max s | apiserver+etcd CPU s | listproxy CPU s | components CPU s | listproxy peak RSS | component LISTs / WATCHes at the apiserver | end state equal |\n")
-	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| rep | side | phase 1 s | phase 2 s | bulk reconcile p50 / p99 s | bulk rescale p50 / p99 s | probe p50 / p99 s | ns deletion max s | apiserver+etcd CPU s | listproxy CPU s | components CPU s | restart: apiserver+etcd / listproxy CPU s | listproxy peak RSS | component LISTs / WATCHes at the apiserver | end state equal |\n")
+	b.WriteString("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 	var direct *controlPlaneSide
 	for _, s := range sides {
-		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %.3f / %.3f | %.3f / %.3f | %.1f | %.1f | %.1f | %.1f | %.0f MiB | %d / %d | %v |\n",
-			s.Rep, s.Side, s.FirstPhase, s.SecondPhase, s.ReconcileP50, s.ReconcileP99, s.RescaleP50, s.RescaleP99, s.NamespaceMax,
-			s.APIServerCPU, s.ListproxyCPU, s.ComponentsCPU, float64(s.ListproxyPeakRSS)/(1<<20), s.Lists, s.Watches, s.Equal)
+		fmt.Fprintf(&b, "| %d | %s | %.1f | %.1f | %.3f / %.3f | %.3f / %.3f | %.3f / %.3f | %.1f | %.1f | %.1f | %.1f | %.2f / %.2f | %.0f MiB | %d / %d | %v |\n",
+			s.Rep, s.Side, s.FirstPhase, s.SecondPhase, s.ReconcileP50, s.ReconcileP99, s.RescaleP50, s.RescaleP99, s.ProbeP50, s.ProbeP99, s.NamespaceMax,
+			s.APIServerCPU, s.ListproxyCPU, s.ComponentsCPU, s.RestartAPIServerCPU, s.RestartListproxyCPU,
+			float64(s.ListproxyPeakRSS)/(1<<20), s.Lists, s.Watches, s.Equal)
 		if s.Side == "apiserver" {
 			direct = s
 			continue
@@ -240,17 +278,25 @@ func controlPlaneMarkdown(cfg config, sides []*controlPlaneSide) (string, []stri
 		if !s.Equal {
 			missed = append(missed, fmt.Sprintf("rep %d: the end state through listproxy differs from direct", s.Rep))
 		}
-		slack := controlPlaneReconcileSlack.Seconds()
-		if float64(s.ReconcileP99) > float64(direct.ReconcileP99)+slack || float64(s.RescaleP99) > float64(direct.RescaleP99)+slack {
-			missed = append(missed, fmt.Sprintf("rep %d: reconcile p99 %.3f s / rescale p99 %.3f s through listproxy, want ≤ direct %.3f / %.3f s + %s",
-				s.Rep, s.ReconcileP99, s.RescaleP99, direct.ReconcileP99, direct.RescaleP99, controlPlaneReconcileSlack))
+		// The bulk phases' latencies are the controllers' queues (a
+		// thousand Deployments at once) and vary by tens of seconds
+		// between runs of one side: reported, not targets. The probes
+		// time one reconcile at a time.
+		if float64(s.ProbeP99) > float64(direct.ProbeP99)+controlPlaneReconcileSlack.Seconds() {
+			missed = append(missed, fmt.Sprintf("rep %d: reconcile probe p99 %.3f s through listproxy, want ≤ direct %.3f s + %s",
+				s.Rep, s.ProbeP99, direct.ProbeP99, controlPlaneReconcileSlack))
+		}
+		if float64(s.RestartAPIServerCPU)*controlPlaneReadRatio > float64(direct.RestartAPIServerCPU) {
+			missed = append(missed, fmt.Sprintf("rep %d: the components' restart cost apiserver+etcd %.2f s of CPU through listproxy, want ≤ 1/%d of direct's %.2f s",
+				s.Rep, s.RestartAPIServerCPU, controlPlaneReadRatio, direct.RestartAPIServerCPU))
 		}
 		if float64(s.NamespaceMax) > float64(direct.NamespaceMax)+controlPlaneDeletionSlack.Seconds() {
 			missed = append(missed, fmt.Sprintf("rep %d: namespace deletion %.1f s through listproxy, want ≤ direct %.1f s + %s",
 				s.Rep, s.NamespaceMax, direct.NamespaceMax, controlPlaneDeletionSlack))
 		}
-		fmt.Fprintf(&b, "| %d | ratio direct/listproxy | | | | | | %.1f× (apiserver+etcd) | | | | | |\n",
-			s.Rep, float64(direct.APIServerCPU)/max(float64(s.APIServerCPU), 1e-9))
+		fmt.Fprintf(&b, "| %d | ratio direct/listproxy | | | | | | | %.1f× (apiserver+etcd) | | | %.1f× (apiserver+etcd) | | | |\n",
+			s.Rep, float64(direct.APIServerCPU)/max(float64(s.APIServerCPU), 1e-9),
+			float64(direct.RestartAPIServerCPU)/max(float64(s.RestartAPIServerCPU), 1e-9))
 	}
 	return b.String(), missed
 }

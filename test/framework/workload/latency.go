@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -30,6 +31,7 @@ type wantDeployment struct {
 	replicas int32
 	revision string
 	done     bool
+	took     time.Duration // once done
 }
 
 // startLatencies starts the informers; they stop when ctx ends.
@@ -92,9 +94,9 @@ func (l *latencies) observeDeployment(obj any) {
 	if st.ObservedGeneration == d.Generation && *d.Spec.Replicas == w.replicas && st.Replicas == w.replicas &&
 		st.UpdatedReplicas == w.replicas && st.ReadyReplicas == w.replicas && st.AvailableReplicas == w.replicas &&
 		d.Annotations["deployment.kubernetes.io/revision"] == w.revision {
-		w.done = true
+		w.done, w.took = true, time.Since(w.since)
 		l.want[key] = w
-		l.deployments = append(l.deployments, time.Since(w.since))
+		l.deployments = append(l.deployments, w.took)
 	}
 }
 
@@ -112,6 +114,22 @@ func (l *latencies) observeNamespaceGone(obj any) {
 		delete(l.deleting, ns.Name)
 		l.namespaces = append(l.namespaces, time.Since(since))
 	}
+}
+
+// waitDone waits at most timeout for the change of deployment key last
+// expected to be done, and returns how long it took (from expect); the
+// latency is taken when the informer sees the status, not when the wait
+// notices it.
+func (l *latencies) waitDone(ctx context.Context, key string, timeout time.Duration) (time.Duration, error) {
+	var took time.Duration
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		w := l.want[key]
+		took = w.took
+		return w.done, nil
+	})
+	return took, err
 }
 
 // take returns the latencies measured so far and forgets them.

@@ -50,6 +50,12 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// MeasureLatency fills Result's latencies.
 	MeasureLatency bool
+	// ReconcileProbes, with MeasureLatency, adds a third phase once the
+	// second has converged: that many Deployments, one at a time, are
+	// scaled up by one and back, each change timed alone (Result.Probe),
+	// so that a reconcile's latency is measured without the queues of a
+	// bulk phase. The end state is the second phase's.
+	ReconcileProbes int
 }
 
 // Result is what one run measured.
@@ -63,6 +69,9 @@ type Result struct {
 	// namespace's time from its delete until it was gone, as informers
 	// reading the apiserver directly saw them.
 	Reconcile, Rescale, NamespaceDeletion []time.Duration
+	// Probe holds, with Config.ReconcileProbes, each probe's two changes'
+	// times until the Deployment's status showed them done, as above.
+	Probe []time.Duration
 }
 
 const (
@@ -134,7 +143,52 @@ func Run(ctx context.Context, direct *rest.Config, cfg Config) (Result, error) {
 	res.Changed = time.Since(begin)
 	res.Rescale, res.NamespaceDeletion = lat.take()
 	logf("workload: second phase converged in %s", res.Changed.Round(time.Millisecond))
+	if lat != nil && cfg.ReconcileProbes > 0 {
+		if res.Probe, err = probe(ctx, client, cfg, lat); err != nil {
+			return res, fmt.Errorf("reconcile probes: %w", err)
+		}
+		logf("workload: %d reconcile probes done", cfg.ReconcileProbes)
+	}
 	return res, nil
+}
+
+// probe runs the reconcile probes (Config.ReconcileProbes): Deployments of
+// the namespaces kept, in turn, each scaled up by one, then back once the
+// first change is done, the next change sent only when the one before is
+// done.
+func probe(ctx context.Context, client kubernetes.Interface, cfg Config, lat *latencies) ([]time.Duration, error) {
+	type target struct{ n, i int }
+	var targets []target
+	for i := range cfg.Deployments {
+		for n := range cfg.Namespaces {
+			if _, _, present := cfg.want(i, true); present && !cfg.deleted(n) {
+				targets = append(targets, target{n, i})
+			}
+		}
+	}
+	if len(targets) == 0 {
+		return nil, fmt.Errorf("no Deployment left to probe")
+	}
+	po := metav1.PatchOptions{FieldManager: fieldManager}
+	var out []time.Duration
+	for k := range cfg.ReconcileProbes {
+		tg := targets[k%len(targets)]
+		ns, name := namespace(tg.n), deployment(tg.i)
+		replicas, revision, _ := cfg.want(tg.i, true)
+		for _, r := range []int32{replicas + 1, replicas} {
+			lat.expect(ns+"/"+name, r, revision)
+			patch := `{"spec":{"replicas":` + strconv.Itoa(int(r)) + `}}`
+			if _, err := client.AppsV1().Deployments(ns).Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), po); err != nil {
+				return out, fmt.Errorf("scale deployment %s/%s to %d: %w", ns, name, r, err)
+			}
+			d, err := lat.waitDone(ctx, ns+"/"+name, converge)
+			if err != nil {
+				return out, fmt.Errorf("deployment %s/%s scaled to %d: %w", ns, name, r, err)
+			}
+			out = append(out, d)
+		}
+	}
+	return out, nil
 }
 
 func namespace(i int) string  { return fmt.Sprintf("wl-%02d", i) }
