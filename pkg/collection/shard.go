@@ -84,3 +84,18 @@ func (r Request) ShardInfo() string {
 	}
 	return r.Shard.String()
 }
+
+// GzipCache is how a gzip response of r's selected entries caches the
+// chunks it compresses (snapshot.GzipEntries): for the whole collection's
+// entries without a selector, for one shard's under the shard's key with a
+// shard selector alone, not at all for other selections, whose neighbours
+// would not be the next response's.
+func (r Request) GzipCache() snapshot.GzipCache {
+	switch {
+	case !r.Selective:
+		return snapshot.GzipCache{Build: true}
+	case r.Shard != nil && r.Labels.Empty() && r.Fields.Empty():
+		return snapshot.GzipCache{Build: true, Key: snapshot.GzipKey(r.Shard.String())}
+	}
+	return snapshot.GzipCache{}
+}

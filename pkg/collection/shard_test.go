@@ -277,3 +277,49 @@ func TestShardInfo(t *testing.T) {
 		}
 	}
 }
+
+// A gzip response caches its chunks for the whole collection without a
+// selector, for one shard (under the shard's key) with a shard selector
+// alone, and not at all with any other selector, a shard's included.
+func TestShardGzipCache(t *testing.T) {
+	const shard = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+	pods := stores.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
+	app, err := labels.Parse("app=a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := fields.ParseSelector("spec.nodeName=n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		labels labels.Selector
+		fields fields.Selector
+		shard  string
+		want   snapshot.GzipCache
+	}{
+		{name: "no selector", want: snapshot.GzipCache{Build: true}},
+		{name: "a shard alone", shard: shard, want: snapshot.GzipCache{Build: true, Key: snapshot.GzipKey(shard)}},
+		{name: "a label selector", labels: app},
+		{name: "a field selector", fields: node},
+		{name: "a shard and a label selector", labels: app, shard: shard},
+		{name: "a shard and a field selector", fields: node, shard: shard},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := Request{Resource: pods, Format: wire.JSON, Labels: labels.Everything(), Fields: fields.Everything()}
+			if tc.labels != nil {
+				req.Labels = tc.labels
+			}
+			if tc.fields != nil {
+				req.Fields = tc.fields
+			}
+			req.parseShard(tc.shard)
+			req.Selective = !req.Labels.Empty() || !req.Fields.Empty() || req.Shard != nil
+			if got := req.GzipCache(); got != tc.want {
+				t.Errorf("GzipCache() = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -46,15 +46,16 @@ var gzipChunks = func() *gzstitch.Compressor {
 // wire.SplitList returned them for those items). Items are copied from
 // chunks cached on their entries where
 // a chunk's preceding items in this response are the ones it was compressed
-// after; the rest is compressed now (snapshot.GzipEntries). With cache set,
-// the entries are consecutive in key order (no selector filtered them) and
-// missing chunks are built and cached on them; without it, missing items
-// are compressed at the apiserver's level 1 for this response only, since a
-// filtered list's neighbours would not be the next full list's.
+// after; the rest is compressed now (snapshot.GzipEntries). With
+// cache.Build, the entries are consecutive in key order (no selector, or a
+// shard selector alone, filtered them) and missing chunks are built and
+// cached on them; without it, missing items are compressed at the
+// apiserver's level 1 for this response only, since a filtered list's
+// neighbours would not be the next list's.
 //
 // The first item is always compressed per response: it follows the list
 // head, which differs between responses, and in JSON it has no separator.
-func writeGzipList(w io.Writer, f wire.Format, parts wire.ListParts, entries []*snapshot.Entry, cache bool) error {
+func writeGzipList(w io.Writer, f wire.Format, parts wire.ListParts, entries []*snapshot.Entry, cache snapshot.GzipCache) error {
 	zw := gzstitch.NewWriter(w)
 	err := writeGzipItems(zw, gzipChunks, f, parts, entries, cache)
 	if cerr := zw.Close(); err == nil {
@@ -65,7 +66,7 @@ func writeGzipList(w io.Writer, f wire.Format, parts wire.ListParts, entries []*
 
 // writeGzipItems writes the list's head, items and tail into zw, building
 // missing chunks with chunks.
-func writeGzipItems(zw *gzstitch.Writer, chunks *gzstitch.Compressor, f wire.Format, parts wire.ListParts, entries []*snapshot.Entry, cache bool) error {
+func writeGzipItems(zw *gzstitch.Writer, chunks *gzstitch.Compressor, f wire.Format, parts wire.ListParts, entries []*snapshot.Entry, cache snapshot.GzipCache) error {
 	if _, err := zw.Write(parts.Head); err != nil {
 		return err
 	}

@@ -153,19 +153,21 @@ func BenchmarkGzipList(b *testing.B) {
 			b.StopTimer()
 			cold := fresh(entries)
 			b.StartTimer()
-			return writeGzipList(w, wire.JSON, parts, cold, true)
+			return writeGzipList(w, wire.JSON, parts, cold, snapshot.GzipCache{Build: true})
 		})
 	})
 	b.Run("stitched_uncached", func(b *testing.B) {
 		// A filtered list of items without chunks: level 1 per response.
-		loop(b, func(w io.Writer) error { return writeGzipList(w, wire.JSON, parts, fresh(entries), false) })
+		loop(b, func(w io.Writer) error {
+			return writeGzipList(w, wire.JSON, parts, fresh(entries), snapshot.GzipCache{})
+		})
 	})
 	b.Run("stitched_warm", func(b *testing.B) {
 		warm := fresh(entries)
 		runtime.GC()
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		if err := writeGzipList(io.Discard, wire.JSON, parts, warm, true); err != nil {
+		if err := writeGzipList(io.Discard, wire.JSON, parts, warm, snapshot.GzipCache{Build: true}); err != nil {
 			b.Fatal(err)
 		}
 		runtime.GC()
@@ -176,7 +178,9 @@ func BenchmarkGzipList(b *testing.B) {
 				chunkBytes += it.Chunk.Len()
 			}
 		}
-		loop(b, func(w io.Writer) error { return writeGzipList(w, wire.JSON, parts, warm, true) },
+		loop(b, func(w io.Writer) error {
+			return writeGzipList(w, wire.JSON, parts, warm, snapshot.GzipCache{Build: true})
+		},
 			metric{float64(after.HeapAlloc-before.HeapAlloc) / float64(len(warm)), "heap-B/entry"},
 			metric{float64(chunkBytes) / float64(len(warm)), "chunk-B/entry"})
 		runtime.KeepAlive(warm)
@@ -198,7 +202,7 @@ func BenchmarkGzipChunkLevels(b *testing.B) {
 			return err
 		}
 		zw := gzstitch.NewWriter(w)
-		err = writeGzipItems(zw, c, wire.JSON, parts, list, true)
+		err = writeGzipItems(zw, c, wire.JSON, parts, list, snapshot.GzipCache{Build: true})
 		if cerr := zw.Close(); err == nil {
 			err = cerr
 		}

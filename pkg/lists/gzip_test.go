@@ -83,7 +83,7 @@ func checkGzipList(t testing.TB, f wire.Format, env wire.ListEnvelope, entries [
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeGzipList(&got, f, parts, entries, cache); err != nil {
+	if err := writeGzipList(&got, f, parts, entries, snapshot.GzipCache{Build: cache}); err != nil {
 		t.Fatal(err)
 	}
 	if plain := gunzipAll(t, got.Bytes()); !bytes.Equal(plain, want.Bytes()) {
@@ -229,7 +229,7 @@ func TestListsWriteGzip(t *testing.T) {
 				r.Header.Set("Accept-Encoding", tc.acceptEncoding)
 			}
 			rec := httptest.NewRecorder()
-			(&Lists{}).write(rec, r, wire.JSON, env, tc.entries, true)
+			(&Lists{}).write(rec, r, wire.JSON, env, tc.entries, snapshot.GzipCache{Build: true})
 			body := rec.Body.Bytes()
 			if gotGzip := rec.Header().Get("Content-Encoding") == "gzip"; gotGzip != tc.wantGzip {
 				t.Fatalf("Content-Encoding %q, want gzip %v", rec.Header().Get("Content-Encoding"), tc.wantGzip)
@@ -241,5 +241,75 @@ func TestListsWriteGzip(t *testing.T) {
 				t.Errorf("body (%d bytes) differs from WriteList's (%d bytes)", len(body), want.Len())
 			}
 		})
+	}
+}
+
+// TestWriteGzipListShardChunks: the lists of two shards (each a shard
+// selector alone: every other entry) build chunks under their keys beside
+// the whole collection's, so that after one list of each, the next lists
+// of each compress nothing again, whichever went last; all decompress to
+// the plain list.
+func TestWriteGzipListShardChunks(t *testing.T) {
+	f, env := gzipTestEnvelopes[0].f, gzipTestEnvelopes[0].env
+	entries := testEntries(rand.New(rand.NewPCG(7, 8)), 200)
+	var even, odd []*snapshot.Entry
+	for i, e := range entries {
+		if i%2 == 0 {
+			even = append(even, e)
+		} else {
+			odd = append(odd, e)
+		}
+	}
+	lists := []struct {
+		name    string
+		entries []*snapshot.Entry
+		cache   snapshot.GzipCache
+	}{
+		{"whole", entries, snapshot.GzipCache{Build: true}},
+		{"even", even, snapshot.GzipCache{Build: true, Key: snapshot.GzipKey("even")}},
+		{"odd", odd, snapshot.GzipCache{Build: true, Key: snapshot.GzipKey("odd")}},
+	}
+	write := func(entries []*snapshot.Entry, cache snapshot.GzipCache) {
+		t.Helper()
+		items := make([][]byte, len(entries))
+		for i, e := range entries {
+			items[i] = e.Raw
+		}
+		var want, got bytes.Buffer
+		if err := wire.WriteList(&want, f, env, items); err != nil {
+			t.Fatal(err)
+		}
+		parts, err := wire.SplitList(f, env, items)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := writeGzipList(&got, f, parts, entries, cache); err != nil {
+			t.Fatal(err)
+		}
+		if plain := gunzipAll(t, got.Bytes()); !bytes.Equal(plain, want.Bytes()) {
+			t.Fatalf("decompressed %d bytes differ from WriteList's %d", len(plain), want.Len())
+		}
+	}
+	for _, l := range lists {
+		write(l.entries, l.cache)
+	}
+	built := cachedItems(entries)
+	for _, l := range lists {
+		write(l.entries, l.cache)
+		for i, it := range cachedItems(entries) {
+			if it != built[i] {
+				t.Fatalf("after the %s list: entry %d's chunks rebuilt; each list's chunks should be kept beside the others'", l.name, i)
+			}
+		}
+	}
+	// The whole collection and each entry's shard: two chunks per entry
+	// but the first of each list.
+	for i, it := range built {
+		if i < 2 {
+			continue
+		}
+		if it == nil || len(it.Others) != 1 {
+			t.Fatalf("entry %d: %v; want a chunk for the whole list and one for its shard", i, it)
+		}
 	}
 }

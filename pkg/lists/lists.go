@@ -255,7 +255,7 @@ func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest,
 		l.respondTable(slot.writer(w), r, req, tableHead, tableRows, meta, page.Items)
 		return true, v.reason
 	}
-	l.write(slot.writer(w), r, req.Format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, !req.Selective)
+	l.write(slot.writer(w), r, req.Format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, req.GzipCache())
 	return true, v.reason
 }
 
@@ -353,9 +353,9 @@ func (l *Lists) page(req listRequest, d paging.Decision, token paging.Token, sna
 }
 
 // write streams a list response from stored bytes, gzipped as the apiserver
-// would for a client that accepts it. unfiltered says the entries are
-// consecutive in key order (see writeGzipList).
-func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format, env wire.ListEnvelope, entries []*snapshot.Entry, unfiltered bool) {
+// would for a client that accepts it; cache says how its chunks are cached
+// (see writeGzipList).
+func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format, env wire.ListEnvelope, entries []*snapshot.Entry, cache snapshot.GzipCache) {
 	items := make([][]byte, len(entries))
 	for i, e := range entries {
 		items[i] = e.Raw
@@ -376,7 +376,7 @@ func (l *Lists) write(w http.ResponseWriter, r *http.Request, format wire.Format
 		h.Set("Content-Encoding", "gzip")
 		h.Add("Vary", "Accept-Encoding")
 		w.WriteHeader(http.StatusOK)
-		if err := writeGzipList(w, format, parts, entries, unfiltered); err != nil {
+		if err := writeGzipList(w, format, parts, entries, cache); err != nil {
 			klog.V(2).InfoS("Writing list response failed", "err", err)
 		}
 		return

@@ -1,20 +1,21 @@
 package snapshot
 
 import (
+	"hash/fnv"
 	"slices"
 
 	"github.com/listproxy/listproxy/pkg/gzstitch"
 )
 
 // GzipEntries writes the bytes of a run of entries into one gzip member, in
-// order. An entry's bytes are copied from the chunk cached on it for the
-// use where the entries before it in this stream are the ones the chunk was
-// compressed after; the rest are compressed now. With cache set, the
-// entries are consecutive in key order (no selector filtered them), so that
-// the next such stream has the same neighbours: missing chunks are built at
-// the Compressor's level, in one session per run, and cached. Without it,
-// missing entries are compressed at request time (the gzstitch.Writer's
-// level) for this stream only.
+// order. An entry's bytes are copied from a chunk cached on it for the use
+// where the entries before it in this stream are the ones the chunk was
+// compressed after; the rest are compressed now. With GzipCache.Build, the
+// entries are consecutive in key order among the whole collection's or one
+// shard's, so that the next such stream has the same neighbours: missing
+// chunks are built at the Compressor's level, in one session per run, and
+// cached under the cache's key. Without it, missing entries are compressed
+// at request time (the gzstitch.Writer's level) for this stream only.
 //
 // A GzipEntries is not safe for concurrent use; many may share entries.
 type GzipEntries struct {
@@ -23,7 +24,7 @@ type GzipEntries struct {
 	use     GzipUse
 	entries []*Entry
 	piece   func(dst []byte, e *Entry) []byte
-	cache   bool
+	cache   GzipCache
 	// ids[i] is the GzipItem.ID of entries[i] for use, or 0 where it has
 	// none (then no chunk can have been compressed after it).
 	ids []uint64
@@ -38,10 +39,36 @@ type GzipEntries struct {
 	size int64
 }
 
+// GzipCache says whether a stream of entries builds and caches the chunks
+// it misses, and under which key.
+type GzipCache struct {
+	// Build: the entries are consecutive in key order among the whole
+	// collection's (no selector filtered them) or one shard's (a shard
+	// selector alone filtered them).
+	Build bool
+	// Key is 0 for the whole collection, GzipKey of the shard selector for
+	// a shard: an entry keeps a chunk per key, for the gzipKeys keys last
+	// built, so that a client of the whole collection and clients of
+	// shards do not rebuild each other's chunks.
+	Key uint64
+}
+
+// gzipKeys is how many chunks (keys) an entry keeps per use: the whole
+// collection's and those of two ways of sharding it.
+const gzipKeys = 3
+
+// GzipKey is the GzipCache.Key of a shard selector (its canonical form):
+// 64-bit FNV-1a, never 0.
+func GzipKey(selector string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(selector))
+	return h.Sum64() | 1
+}
+
 // NewGzipEntries prepares writing entries to zw. piece appends the bytes of
 // one entry, for use, to dst and returns the result; it must give the same
 // bytes for the same entry every time.
-func NewGzipEntries(zw *gzstitch.Writer, chunks *gzstitch.Compressor, use GzipUse, entries []*Entry, piece func(dst []byte, e *Entry) []byte, cache bool) *GzipEntries {
+func NewGzipEntries(zw *gzstitch.Writer, chunks *gzstitch.Compressor, use GzipUse, entries []*Entry, piece func(dst []byte, e *Entry) []byte, cache GzipCache) *GzipEntries {
 	return &GzipEntries{zw: zw, chunks: chunks, use: use, entries: entries, piece: piece, cache: cache, ids: make([]uint64, len(entries))}
 }
 
@@ -60,8 +87,9 @@ func (g *GzipEntries) WriteUpTo(end int) error {
 		it := g.entries[i].GzipCached(g.use)
 		if it != nil {
 			g.ids[i] = it.ID
+			it = fittingChunk(it, g.ids[:i])
 		}
-		if it != nil && chunkFits(it, g.ids[:i]) {
+		if it != nil {
 			if run >= 0 {
 				if err := g.buildRun(run, i); err != nil {
 					return err
@@ -74,7 +102,7 @@ func (g *GzipEntries) WriteUpTo(end int) error {
 			g.size += int64(it.Chunk.Size())
 			continue
 		}
-		if g.cache {
+		if g.cache.Build {
 			if run < 0 {
 				run = i
 			}
@@ -92,6 +120,20 @@ func (g *GzipEntries) WriteUpTo(end int) error {
 		}
 	}
 	g.next = max(g.next, end)
+	return nil
+}
+
+// fittingChunk returns the item of it or its Others (the chunks of other
+// keys) whose chunk may follow the entries with IDs served, or nil.
+func fittingChunk(it *GzipItem, served []uint64) *GzipItem {
+	if chunkFits(it, served) {
+		return it
+	}
+	for _, o := range it.Others {
+		if chunkFits(o, served) {
+			return o
+		}
+	}
 	return nil
 }
 
@@ -144,7 +186,7 @@ func (g *GzipEntries) buildRun(start, end int) error {
 		g.scratch = g.piece(g.scratch[:0], e)
 		g.lens[j] = len(g.scratch)
 		c := s.Chunk(g.scratch)
-		e.SetGzipChunk(g.use, c, history[lo:len(history):len(history)])
+		e.SetGzipChunkKey(g.use, g.cache.Key, c, history[lo:len(history):len(history)], gzipKeys)
 		history = append(history, g.idOf(j))
 		if err := g.zw.WriteChunk(&c); err != nil {
 			return err

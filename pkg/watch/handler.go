@@ -146,6 +146,7 @@ func (h *Handler) target(req collection.Request, handle *stores.Handle) Target {
 		t.Match = req.Match
 		t.Wake = wakeKey(req.Fields)
 		t.Shard = req.Shard
+		t.ShardOnly = req.Labels.Empty() && req.Fields.Empty()
 	}
 	// A watch-list's initial events are a LIST's first page.
 	initial := req.Select(true)

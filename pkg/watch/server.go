@@ -92,6 +92,11 @@ type Target struct {
 	// checks: without Wake or Namespace, the watch waits for changes to
 	// its shard's objects only. Nil: none.
 	Shard sharding.Selector
+	// ShardOnly: Match selects by Shard alone (no label or field
+	// selector), so that a gzipped watch-list's initial events, without
+	// Namespace, are the shard's consecutive entries and cache their
+	// chunks under the shard's key.
+	ShardOnly bool
 	// WatchListDefaults: the apiserver turns a watch from resourceVersion
 	// "" or "0" without sendInitialEvents into a watch-list (its WatchList
 	// feature is on). Where it does not, such a watch has the older

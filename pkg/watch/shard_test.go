@@ -237,3 +237,32 @@ func TestShardWatchRejectedOrPassedThrough(t *testing.T) {
 		t.Error("serving shard selectors off, an empty shardSelector (none): not cacheable")
 	}
 }
+
+// A gzipped watch-list's initial events cache their chunks for the whole
+// collection without a namespace or selector, for a shard under its key
+// with a shard selector alone, and not otherwise.
+func TestShardWatchGzipCache(t *testing.T) {
+	sel, err := shardparser.Parse(shardTestSelectors[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	match := func(*snapshot.Entry) bool { return true }
+	tests := []struct {
+		name   string
+		target Target
+		want   snapshot.GzipCache
+	}{
+		{name: "no selector", want: snapshot.GzipCache{Build: true}},
+		{name: "a namespace", target: Target{Namespace: "ns"}},
+		{name: "a selector", target: Target{Match: match}},
+		{name: "a shard alone", target: Target{Match: match, Shard: sel, ShardOnly: true},
+			want: snapshot.GzipCache{Build: true, Key: snapshot.GzipKey(sel.String())}},
+		{name: "a shard and another selector", target: Target{Match: match, Shard: sel}},
+		{name: "a shard alone in a namespace", target: Target{Namespace: "ns", Match: match, Shard: sel, ShardOnly: true}},
+	}
+	for _, tc := range tests {
+		if got := tc.target.gzipCache(); got != tc.want {
+			t.Errorf("%s: gzipCache() = %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}

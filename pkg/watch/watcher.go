@@ -147,14 +147,30 @@ var watchChunks = func() *gzstitch.Compressor {
 	return c
 }()
 
+// gzipCache is how a gzipped watch-list's initial events cache their
+// chunks: for the whole collection without a namespace or selector, for a
+// shard under its key with a shard selector alone (ShardOnly).
+func (t Target) gzipCache() snapshot.GzipCache {
+	switch {
+	case t.Namespace != "":
+		return snapshot.GzipCache{}
+	case t.Match == nil:
+		return snapshot.GzipCache{Build: true}
+	case t.Shard != nil && t.ShardOnly:
+		return snapshot.GzipCache{Build: true, Key: snapshot.GzipKey(t.Shard.String())}
+	}
+	return snapshot.GzipCache{}
+}
+
 // sendInitialGzip sends the initial events of a gzipped watch-list as one
 // gzip member, flushed (sync flush) after each burst so that the client
 // reads every burst at once, and closed after the end bookmark; live
 // events follow as members of their own. The ADDED frames are stitched from
 // chunks cached on the entries (snapshot.GzipEntries): a storm of informers
 // compresses each object once, not once per informer. Only a watch-list
-// without namespace or selectors builds and caches chunks; a filtered one
-// uses those that fit and compresses the rest at level 1.
+// without namespace or selectors, or with a shard selector alone, builds and
+// caches chunks; a filtered one uses those that fit and compresses the rest
+// at level 1.
 func (w *watcher) sendInitialGzip(ctx context.Context, items []*snapshot.Entry, rv uint64) (err error) {
 	wr := w.wr
 	zw := gzstitch.NewWriter(wr.w)
@@ -173,7 +189,7 @@ func (w *watcher) sendInitialGzip(ctx context.Context, items []*snapshot.Entry, 
 	f, typ := wr.format, wr.typ
 	ge := snapshot.NewGzipEntries(zw, watchChunks, snapshot.GzipWatchAdded, items, func(dst []byte, e *snapshot.Entry) []byte {
 		return wire.AppendWatchEvent(dst, f, wire.Added, typ, e.Raw)
-	}, w.t.Namespace == "" && w.t.Match == nil)
+	}, w.t.gzipCache())
 	var flushed int64
 	burst := func(end int) error {
 		wr.setDeadline()
