@@ -220,10 +220,15 @@ func (b *bench) steadyWrites(ctx context.Context) (map[string]time.Time, float64
 // bench.listproxy.io/TAG, and returns when each resulting
 // resourceVersion's write was sent, and the achieved rate.
 func (b *bench) writes(ctx context.Context, d time.Duration, tag string) (map[string]time.Time, float64) {
+	return b.writesAt(ctx, b.cfg.writeRate, d, tag)
+}
+
+// writesAt is writes at rate per second.
+func (b *bench) writesAt(ctx context.Context, rate int, d time.Duration, tag string) (map[string]time.Time, float64) {
 	var mu sync.Mutex
 	sent := map[string]time.Time{}
 	begin := time.Now()
-	done := paceWrites(ctx, b.cfg.writeRate, d, func(i int) bool {
+	done := paceWrites(ctx, rate, d, func(i int) bool {
 		p := b.env.pods[(i*7919)%len(b.env.pods)]
 		// Unique per run and write, so that no patch is a no-op.
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench.listproxy.io/%s":"%d-%d"}}}`, tag, begin.UnixNano(), i)

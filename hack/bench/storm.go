@@ -151,6 +151,14 @@ const convergeTimeout = time.Minute
 // (a write sent before the stop may land after a LIST), until they are
 // equal or convergeTimeout has passed; then it reports the last difference.
 func checkConverged(ctx context.Context, api *target, inf cache.SharedIndexInformer) error {
+	return converge(ctx, api, "informer", func(want listView) error { return storeDiff(inf.GetStore(), want) })
+}
+
+// converge polls diff, the first difference between what informers hold
+// and the apiserver's LIST of pods want, listing again every few seconds,
+// until it is nil or convergeTimeout has passed; then it reports the last
+// difference, of what ("informer").
+func converge(ctx context.Context, api *target, what string, diff func(want listView) error) error {
 	deadline := time.Now().Add(convergeTimeout)
 	for {
 		res, err := api.do(ctx, request{path: "/api/v1/pods", accept: acceptProtobuf, keep: true})
@@ -163,12 +171,12 @@ func checkConverged(ctx context.Context, api *target, inf cache.SharedIndexInfor
 		}
 		relist := time.Now().Add(5 * time.Second)
 		for {
-			diff := storeDiff(inf.GetStore(), want)
-			if diff == nil {
+			err := diff(want)
+			if err == nil {
 				return nil
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("informer not converged %s after the writes stopped: %w", convergeTimeout, diff)
+				return fmt.Errorf("%s not converged %s after the writes stopped: %w", what, convergeTimeout, err)
 			}
 			if time.Now().After(relist) {
 				break
