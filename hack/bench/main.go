@@ -28,6 +28,13 @@
 // convergence, reconcile latency, namespace deletion, CPU per process, and
 // the components' reads that reached the apiserver (test/framework/workload).
 //
+// The sharded-informers scenario (sharded) compares one pod informer
+// through listproxy with 8 informers of one shard each (KEP-5866 shard
+// selectors on the uid, which listproxy serves from its snapshots whatever
+// the apiserver's feature gate): listproxy's CPU for their syncs and for a
+// churn of pod writes, and the apiserver's LISTs and WATCHes of pods
+// meanwhile, read from its audit log.
+//
 // The informer storm runs under BENCH_STORM_WRITES pod writes per second
 // (their own CPU, measured alone first, subtracted), and ends with its
 // memory line: BENCH_SLOW_WATCHLISTS clients read watch-lists of every pod
@@ -44,7 +51,7 @@
 //	BENCH_OUT=_output/bench/kube-vVERSION  output directory (the cluster lives in OUT/cluster)
 //	KUBE_VERSION                the control-plane release (default: hack/kube-versions)
 //	BENCH_WALK_LIMITS=500       page sizes of the paginated walks (1000 is added from 100k pods)
-//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,table,consistent,consistent-quiet,parity,storm,steady,nodeagents,cold,rollout,memory (all but cold and rollout), or controlplane alone
+//	BENCH_SCENARIOS=all         comma-separated subset: full,walk,firstpage,nodename,table,consistent,consistent-quiet,parity,storm,steady,nodeagents,sharded,cold,rollout,memory (all but cold and rollout), or controlplane alone
 //	BENCH_INFORMERS=50          pod informers started at once in the informer storm
 //	BENCH_STORM_WRITES=50       pod writes per second while the storm's informers start and sync (0: none)
 //	BENCH_SLOW_WATCHLISTS=200   slow watch-lists of all pods after the storm, for listproxy's peak RSS (0: none)
@@ -140,7 +147,7 @@ func parseConfig(args []string) (config, error) {
 	writeRate := fs.Int("write-rate", envInt("BENCH_WRITE_RATE", 100), "writes per second during consistent reads and churn ($BENCH_WRITE_RATE)")
 	out := fs.String("out", envString("BENCH_OUT", defaultOut()), "output directory ($BENCH_OUT)")
 	walkLimits := fs.String("walk-limits", envString("BENCH_WALK_LIMITS", ""), "comma-separated page sizes of the paginated walks; default 500, plus 1000 from 100k pods ($BENCH_WALK_LIMITS)")
-	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,table,consistent,consistent-quiet,parity,storm,steady,nodeagents,cold,rollout,memory ($BENCH_SCENARIOS)")
+	scenarios := fs.String("scenarios", envString("BENCH_SCENARIOS", "all"), "comma-separated subset of full,walk,firstpage,nodename,table,consistent,consistent-quiet,parity,storm,steady,nodeagents,sharded,cold,rollout,memory ($BENCH_SCENARIOS)")
 	bin := fs.String("listproxy", envString("BENCH_LISTPROXY_BIN", ""), "listproxy binary; default <repo>/_output/bin/listproxy ($BENCH_LISTPROXY_BIN)")
 	selectorN := fs.Int("nodename-requests", envInt("BENCH_NODENAME_REQUESTS", 1000), "spec.nodeName LISTs per side ($BENCH_NODENAME_REQUESTS)")
 	firstPageN := fs.Int("firstpage-requests", envInt("BENCH_FIRSTPAGE_REQUESTS", 200), "sequential first-page LISTs per side ($BENCH_FIRSTPAGE_REQUESTS)")
@@ -206,7 +213,7 @@ func parseConfig(args []string) (config, error) {
 			cfg.walkLimits = append(cfg.walkLimits, n)
 		}
 	}
-	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "table": true, "consistent": true, "consistent-quiet": true, "parity": true, "storm": true, "steady": true, "nodeagents": true, "cold": true, "rollout": true, "memory": true, "controlplane": true}
+	known := map[string]bool{"full": true, "walk": true, "firstpage": true, "nodename": true, "table": true, "consistent": true, "consistent-quiet": true, "parity": true, "storm": true, "steady": true, "nodeagents": true, "sharded": true, "cold": true, "rollout": true, "memory": true, "controlplane": true}
 	for _, s := range strings.Split(*scenarios, ",") {
 		s = strings.TrimSpace(s)
 		if s == "all" {

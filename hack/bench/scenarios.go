@@ -40,6 +40,7 @@ func (b *bench) runAll(ctx context.Context) error {
 		{"storm", b.informerStorm},
 		{"steady", b.steady},
 		{"nodeagents", b.nodeAgents},
+		{"sharded", b.sharded},
 		{"cold", b.coldStorm},
 		{"rollout", b.rollout},
 		{"memory", b.memoryChurn},
