@@ -40,6 +40,10 @@ const (
 	// shardedCPUMax is the most the sharded informers may cost listproxy,
 	// as a multiple of what the unsharded one costs it.
 	shardedCPUMax = 1.2
+	// shardedFanoutMax is the most changes the sharded informers'
+	// watchers may read per change: each change is its shard watcher's
+	// (a watcher woken by every change would make it shardCount).
+	shardedFanoutMax = 1.1
 	// shardedWriteRate and shardedChurn are the churn once the informers
 	// synced: updates of existing pods (an annotation). Not tuned: 30 s
 	// at 20 writes/s gives 600 changes per phase.
@@ -383,7 +387,10 @@ type shardedPhase struct {
 	writeRate float64
 	// events are the MODIFIED events listproxy sent during the churn,
 	// updates the update notifications the informers received.
-	events  float64
+	events float64
+	// read is the changes the watchers read during the churn
+	// (listproxy_watch_changes_read_total): per change, the fan-out.
+	read    float64
 	updates int64
 	// ownReads and otherReads are the apiserver's LISTs and WATCHes of
 	// pods during the phase (podReads), summed over its repetitions;
@@ -447,13 +454,14 @@ func (b *bench) sharded(ctx context.Context) error {
 
 	ds, ps := un.side(basePerWrite), sh.side(basePerWrite)
 	events := func(ph *shardedPhase) string {
-		return fmt.Sprintf("%.2f sent, %.2f received", ph.events/float64(max(ph.writes, 1)), float64(ph.updates)/float64(max(ph.writes, 1)))
+		n := float64(max(ph.writes, 1))
+		return fmt.Sprintf("%.2f read by watchers, %.2f sent, %.2f received", ph.read/n, ph.events/n, float64(ph.updates)/n)
 	}
 	note := fmt.Sprintf("first column: one pod informer through listproxy, no shard selector; second: %d informers, each with the shardSelector of one of %d equal ranges covering the uid hash space (the first: %s); "+
 		"client-go defaults (JSON, watch-list), one connection each; wall: until every informer of the phase synced; CPU/req: listproxy's per phase, one sync (mean of %d) plus a churn of %d writes (%.0f/s achieved) until the informers received the last, "+
 		"the writes' own cost subtracted (%s per write, measured with the writes alone); sync %s vs %s (%.2f×); churn %s vs %s (%.2f×; before the subtraction %s vs %s); "+
 		"the warm-up syncs before them, not in the ratio: %s vs %s; "+
-		"events per change (listproxy_watch_events_total MODIFIED sent; updates the informers received): %s vs %s; "+
+		"per change: changes read by watchers (listproxy_watch_changes_read_total, the fan-out), events sent (listproxy_watch_events_total MODIFIED), updates the informers received: %s vs %s; "+
 		"apiserver LISTs/WATCHes of pods during the phases (audit log), not listproxy's own: %d vs %d (listproxy's own: %d vs %d); "+
 		"content: the informers' stores together, once the writes stopped, against the apiserver's LIST: every pod once, in its shard, at its resourceVersion",
 		shardCount, shardCount, sh.ranges[0].selector(),
@@ -480,6 +488,8 @@ func (b *bench) sharded(ctx context.Context) error {
 	r.Checks = append(r.Checks,
 		check{Name: fmt.Sprintf("listproxy CPU, %d sharded ÷ 1 unsharded", shardCount), Want: fmt.Sprintf("≤ %g×", shardedCPUMax),
 			Got: num(got), Text: cpuText, Met: measured && got <= shardedCPUMax},
+		check{Name: "changes read per change by the sharded informers' watchers", Want: fmt.Sprintf("≤ %g (its shard's watcher only)", shardedFanoutMax),
+			Got: num(sh.read / float64(max(sh.writes, 1))), Text: events(sh), Met: sh.writes > 0 && sh.read/float64(sh.writes) <= shardedFanoutMax},
 		check{Name: "apiserver LISTs/WATCHes of pods for the sharded informers", Want: "0 (listproxy's own watch shared)",
 			Got: num(sh.otherReads), Text: readsText, Met: sh.otherReads == 0},
 		check{Name: "unsharded informer from snapshots", Want: "all",
@@ -580,6 +590,7 @@ func (b *bench) shardedRun(ctx context.Context, ph *shardedPhase, churn bool) er
 		}
 		ph.churnCPU, ph.writes, ph.writeRate = c.seconds(), len(sent), rate
 		ph.events = delta(evBefore, evAfter, "listproxy_watch_events_total", `type="MODIFIED"`)
+		ph.read = delta(evBefore, evAfter, "listproxy_watch_changes_read_total")
 		ph.updates = si.updates.Load() - updatesBefore
 		if seenErr != nil {
 			ph.s.noteCheck(seenErr)
