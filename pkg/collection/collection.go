@@ -53,8 +53,8 @@ type Request struct {
 	// (paging.InvalidShardSelectorError), in the apiserver's order of
 	// checks.
 	ShardErr error
-	// shardByUID: Shard hashes metadata.uid, not metadata.namespace.
-	shardByUID bool
+	// shard is Shard's ranges as numbers, for matching.
+	shard snapshot.Shard
 	// Selective: a non-empty label, field or shard selector: the request
 	// selects among the objects of its scope.
 	Selective bool

@@ -1,8 +1,6 @@
 package collection
 
 import (
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	shardparser "k8s.io/apiserver/pkg/sharding"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -38,38 +36,28 @@ func (r *Request) parseShard(shardSelector string) {
 		r.ShardErr = err
 		return
 	}
-	r.Shard = sel
-	// The parser makes every range use one key.
-	r.shardByUID = sel.Requirements()[0].Key == "object.metadata.uid"
+	shard, err := snapshot.NewShard(sel)
+	if err != nil {
+		r.ShardErr = err
+		return
+	}
+	r.Shard, r.shard = sel, shard
 }
 
 // inShard reports whether e's object is in r's shard; true without a
-// shard selector. The apiserver's selector decides (sharding.Selector.
-// Matches) on an object carrying the key it hashes: the namespace from
-// e's key, or the uid read from e's stored bytes (a Table row's object),
-// so that entries keep no uid of their own. An object whose uid cannot
-// be read is in no shard, as the apiserver leaves out an object its
-// selector fails on.
-//
-// It costs one read of the uid, one hash and one small object per call,
-// whatever else the request selects; a watcher of a shard is woken only
+// shard selector. It hashes the key the selector names as the apiserver
+// does: the namespace from e's key, or the uid read from e's stored bytes
+// (a Table row's object) once per entry (snapshot.Entry.UIDHash), and
+// compares the hash with the selector's ranges as numbers
+// (snapshot.Shard), as the apiserver's selector compares them in hex. An
+// object whose uid cannot be read is in no shard, as the apiserver leaves
+// out an object its selector fails on. A watcher of a shard is woken only
 // for the changes to its shard's objects (snapshot.Store.WaitShard).
 func (r Request) inShard(e *snapshot.Entry) bool {
 	if r.Shard == nil {
 		return true
 	}
-	obj := &metav1.PartialObjectMetadata{}
-	if r.shardByUID {
-		uid, err := stores.ObjectUID(r.Format, e)
-		if err != nil {
-			return false
-		}
-		obj.UID = types.UID(uid)
-	} else {
-		obj.Namespace = e.Namespace()
-	}
-	ok, err := r.Shard.Matches(obj)
-	return ok && err == nil
+	return r.shard.Contains(e, func(e *snapshot.Entry) (string, error) { return stores.ObjectUID(r.Format, e) })
 }
 
 // ShardInfo is what a LIST response's metadata.shardInfo.selector echoes,

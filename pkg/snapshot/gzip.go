@@ -75,10 +75,12 @@ func (it *GzipItem) bytes() int64 {
 	return n
 }
 
-// gzipCache is the one mutable part of an Entry: a GzipItem per use.
+// gzipCache is the one mutable part of an Entry: what responses derived
+// from its bytes, a GzipItem per use and its uid's hash.
 type gzipCache struct {
-	// items is allocated when a gzip response first uses the entry: most
-	// entries never are.
+	// items is allocated when a gzip response or a shard selector first
+	// uses the entry: most entries never are, and an entry has no word
+	// more for either.
 	items atomic.Pointer[gzipItems]
 	// owner, when set, counts the compressed bytes of the chunks (the
 	// store's Stats.GzipBytes while the entry is in its latest snapshot).
@@ -86,7 +88,22 @@ type gzipCache struct {
 	owner *atomic.Int64
 }
 
-type gzipItems [gzipUses]atomic.Pointer[GzipItem]
+type gzipItems struct {
+	uses [gzipUses]atomic.Pointer[GzipItem]
+	// uidHash is ShardHash of the object's uid (Entry.UIDHash), 0 until
+	// read.
+	uidHash atomic.Uint64
+}
+
+// derived returns e's gzipItems, allocating them on first use.
+func (e *Entry) derived() *gzipItems {
+	items := e.gzip.items.Load()
+	if items == nil {
+		e.gzip.items.CompareAndSwap(nil, new(gzipItems))
+		items = e.gzip.items.Load()
+	}
+	return items
+}
 
 // gzipLocks serialise setting an entry's chunks with attaching and
 // detaching it, so that owner counts every chunk cached while the entry is
@@ -105,12 +122,7 @@ func (e *Entry) gzipLock() *sync.Mutex {
 
 // gzipSlot is where e's item for u is kept.
 func (e *Entry) gzipSlot(u GzipUse) *atomic.Pointer[GzipItem] {
-	items := e.gzip.items.Load()
-	if items == nil {
-		e.gzip.items.CompareAndSwap(nil, new(gzipItems))
-		items = e.gzip.items.Load()
-	}
-	return &items[u]
+	return &e.derived().uses[u]
 }
 
 // gzipBytesLocked returns the compressed bytes of e's cached chunks.
@@ -120,8 +132,8 @@ func (e *Entry) gzipBytesLocked() int64 {
 		return 0
 	}
 	var n int64
-	for i := range items {
-		n += items[i].Load().bytes()
+	for i := range items.uses {
+		n += items.uses[i].Load().bytes()
 	}
 	return n
 }
@@ -181,7 +193,7 @@ func (e *Entry) GzipCached(u GzipUse) *GzipItem {
 	if items == nil {
 		return nil
 	}
-	return items[u].Load()
+	return items.uses[u].Load()
 }
 
 // SetGzipChunk caches c for u, compressed after the entries with IDs after,

@@ -111,28 +111,6 @@ func newWaker(uid func(*Entry) (string, error)) *waker {
 	return &waker{chans: map[string]map[string]*signal{}, shards: map[string]*shardSignal{}, uid: uid}
 }
 
-// shardSignal is the shared wait of every watcher of one shard.
-type shardSignal struct {
-	*signal
-	// byUID: the shard hashes metadata.uid, else metadata.namespace.
-	byUID bool
-	// ranges are the selector's half-open ranges [Start, End) of the
-	// hash space, in the apiserver's hex form.
-	ranges []sharding.ShardRangeRequirement
-}
-
-// holds reports whether hash, the key's hash in the apiserver's form
-// ("0x" and 16 hex digits), is in one of the shard's ranges, compared as
-// the apiserver's selector compares them (sharding.HexLess).
-func (s *shardSignal) holds(hash string) bool {
-	for _, r := range s.ranges {
-		if !sharding.HexLess(hash, r.Start) && sharding.HexLess(hash, r.End) {
-			return true
-		}
-	}
-	return false
-}
-
 // waitOn returns the Wait for k's next change.
 func (w *waker) waitOn(k FieldValue) Wait {
 	w.mu.Lock()
@@ -149,31 +127,6 @@ func (w *waker) waitOn(k FieldValue) Wait {
 	}
 	return Wait{sig: sig, w: w}
 }
-
-// waitShard returns the Wait for the next change to an object of sel's
-// shard (a selector the apiserver's parser made: one key for all ranges).
-func (w *waker) waitShard(sel sharding.Selector) Wait {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	key := sel.String()
-	sig, ok := w.shards[key]
-	if !ok {
-		reqs := sel.Requirements()
-		sig = &shardSignal{
-			signal: &signal{done: make(chan struct{}), from: w.head},
-			byUID:  len(reqs) > 0 && reqs[0].Key == ShardKeyUID,
-			ranges: reqs,
-		}
-		w.shards[key] = sig
-	}
-	return Wait{sig: sig.signal, w: w}
-}
-
-// Shard keys: the fields a shard selector may hash.
-const (
-	ShardKeyUID       = "object.metadata.uid"
-	ShardKeyNamespace = "object.metadata.namespace"
-)
 
 // changed wakes the values and shards of cur and prev (nil when absent)
 // after the change from prev to cur was appended to the feed at seq: a
@@ -203,53 +156,6 @@ func (w *waker) changed(cur, prev *Entry, seq uint64) {
 	}
 }
 
-// changedShards wakes the shards that hold cur's or prev's object: each
-// entry's key is hashed once, whatever the number of shards. An entry
-// whose uid cannot be read wakes every shard by uid, whose watchers then
-// decide for themselves.
-func (w *waker) changedShards(cur, prev *Entry, seq uint64) {
-	if len(w.shards) == 0 {
-		return
-	}
-	var uidHashes, nsHashes []string
-	uidUnknown := false
-	for _, e := range [2]*Entry{cur, prev} {
-		if e == nil {
-			continue
-		}
-		nsHashes = append(nsHashes, shardHash(e.Namespace()))
-		if w.uid == nil {
-			uidUnknown = true
-			continue
-		}
-		uid, err := w.uid(e)
-		if err != nil {
-			uidUnknown = true
-			continue
-		}
-		uidHashes = append(uidHashes, shardHash(uid))
-	}
-	for key, sig := range w.shards {
-		hashes := nsHashes
-		if sig.byUID {
-			hashes = uidHashes
-		}
-		woken := sig.byUID && uidUnknown
-		for _, h := range hashes {
-			woken = woken || sig.holds(h)
-		}
-		if woken {
-			sig.at = seq
-			close(sig.done)
-			delete(w.shards, key)
-		}
-	}
-}
-
-// shardHash is value's hash as the apiserver's shard selector compares
-// it.
-func shardHash(value string) string { return "0x" + sharding.HashField(value) }
-
 // wakeAll wakes every value and shard at a continuity break or a stop:
 // nothing may be skipped, the cursors must read (and be told of the
 // break).
@@ -267,5 +173,73 @@ func (w *waker) wakeAll() {
 			close(sig.done)
 		}
 		delete(w.chans, field)
+	}
+}
+
+// shardSignal is the shared wait of every watcher of one shard.
+type shardSignal struct {
+	*signal
+	shard Shard
+}
+
+// waitShard returns the Wait for the next change to an object of sel's
+// shard (a selector the apiserver's parser made: one key for all ranges).
+// A selector whose ranges do not read as numbers waits for every change.
+func (w *waker) waitShard(sel sharding.Selector) Wait {
+	shard, err := NewShard(sel)
+	if err != nil {
+		shard = Shard{ranges: []hashRange{{toTop: true}}}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := sel.String()
+	sig, ok := w.shards[key]
+	if !ok {
+		sig = &shardSignal{signal: &signal{done: make(chan struct{}), from: w.head}, shard: shard}
+		w.shards[key] = sig
+	}
+	return Wait{sig: sig.signal, w: w}
+}
+
+// changedShards wakes the shards that hold cur's or prev's object: each
+// entry's key is hashed once (a uid's hash is kept on its entry), whatever
+// the number of shards. An entry whose uid cannot be read wakes every
+// shard by uid, whose watchers then decide for themselves.
+func (w *waker) changedShards(cur, prev *Entry, seq uint64) {
+	if len(w.shards) == 0 {
+		return
+	}
+	var uidHashes, nsHashes []uint64
+	uidUnknown := false
+	for _, e := range [2]*Entry{cur, prev} {
+		if e == nil {
+			continue
+		}
+		nsHashes = append(nsHashes, ShardHash(e.Namespace()))
+		if w.uid == nil {
+			uidUnknown = true
+			continue
+		}
+		h, err := e.UIDHash(w.uid)
+		if err != nil {
+			uidUnknown = true
+			continue
+		}
+		uidHashes = append(uidHashes, h)
+	}
+	for key, sig := range w.shards {
+		hashes := nsHashes
+		if sig.shard.ByUID {
+			hashes = uidHashes
+		}
+		woken := sig.shard.ByUID && uidUnknown
+		for _, h := range hashes {
+			woken = woken || sig.shard.Holds(h)
+		}
+		if woken {
+			sig.at = seq
+			close(sig.done)
+			delete(w.shards, key)
+		}
 	}
 }

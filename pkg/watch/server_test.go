@@ -21,7 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/sharding"
 	"k8s.io/apimachinery/pkg/util/wait"
+	shardparser "k8s.io/apiserver/pkg/sharding"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -549,9 +551,11 @@ func TestWatchListGzipStitched(t *testing.T) {
 			store.Replace(entries, 2000)
 			namespace := ""
 			var match func(*snapshot.Entry) bool
+			var shard sharding.Selector
 			ts := serveWith(t, store, Config{}, func(target *Target) {
 				target.Format, target.Type, target.WatchListGzip = f, podType, true
 				target.Match, target.Namespace = match, namespace
+				target.Shard, target.ShardOnly = shard, shard != nil
 			})
 			check := func(ns string, m func(*snapshot.Entry) bool) {
 				t.Helper()
@@ -608,6 +612,40 @@ func TestWatchListGzipStitched(t *testing.T) {
 			// A selector that drops objects between others: a chunk whose
 			// predecessors were dropped cannot be used.
 			check("", func(e *snapshot.Entry) bool { return len(e.Raw)%3 != 0 })
+
+			// A shard selector alone (here a stand-in matching half the
+			// objects): its watch-list caches its chunks under the
+			// shard's key, beside the whole collection's, and the next
+			// one reuses them.
+			sel, err := shardparser.Parse(shardTestSelectors[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			inHalf := func(e *snapshot.Entry) bool { return len(e.Raw)%2 == 0 }
+			shard = sel
+			check("", inHalf)
+			key := snapshot.GzipKey(sel.String())
+			built := map[string]*snapshot.GzipItem{}
+			for i, e := range entries {
+				if !inHalf(e) {
+					continue
+				}
+				it := e.GzipCached(snapshot.GzipWatchAdded).Find(key)
+				if it == nil || it.Chunk.Len() == 0 {
+					t.Fatalf("entry %d has no chunk for its shard after the shard's watch-list", i)
+				}
+				built[e.Key] = it
+			}
+			check("", inHalf)
+			shard = nil
+			check("", nil)
+			shard = sel
+			check("", inHalf)
+			for _, e := range entries {
+				if it, ok := built[e.Key]; ok && e.GzipCached(snapshot.GzipWatchAdded).Find(key).Chunk.Len() != it.Chunk.Len() {
+					t.Fatalf("entry %s: the shard's chunk rebuilt by the watch-lists after it", e.Key)
+				}
+			}
 		})
 	}
 }
