@@ -446,9 +446,17 @@ func (b *bench) sharded(ctx context.Context) error {
 			order = []*shardedPhase{sh, un}
 		}
 		for _, ph := range order {
-			if err := b.shardedRun(ctx, ph, i == b.cfg.reps-1); err != nil {
+			if err := b.shardedRun(ctx, ph, false); err != nil {
 				return err
 			}
+		}
+	}
+	// The churns come after every measured sync: a sync after the other
+	// phase's churn would compress again the objects it changed and their
+	// neighbours, which is the writes' cost, not the phase's.
+	for _, ph := range []*shardedPhase{un, sh} {
+		if err := b.shardedRun(ctx, ph, true); err != nil {
+			return err
 		}
 	}
 
@@ -537,8 +545,9 @@ func (b *bench) shardedWarm(ctx context.Context, ph *shardedPhase) error {
 }
 
 // shardedRun runs one repetition of phase ph: its informers start and
-// sync, and, with churn, pods are updated until the informers received
-// every write; then their stores are checked and they stop.
+// sync (a measured sync), or, with churn, start and sync unmeasured and
+// then pods are updated until the informers received every write; then
+// their stores are checked and they stop.
 func (b *bench) shardedRun(ctx context.Context, ph *shardedPhase, churn bool) error {
 	lp := b.env.proxied
 	runtime.GC()
@@ -567,9 +576,11 @@ func (b *bench) shardedRun(ctx context.Context, ph *shardedPhase, churn bool) er
 	bytesRead := si.read.Load()
 	settle(ctx, b.idleProxied, lp)
 	cpu.endInterval()
-	ph.syncCPU = append(ph.syncCPU, cpu.seconds())
-	ph.s.durs = append(ph.s.durs, took.Seconds())
-	ph.s.bytes = append(ph.s.bytes, bytesRead)
+	if !churn {
+		ph.syncCPU = append(ph.syncCPU, cpu.seconds())
+		ph.s.durs = append(ph.s.durs, took.Seconds())
+		ph.s.bytes = append(ph.s.bytes, bytesRead)
+	}
 	logf("  %s: %d informers synced in %s, listproxy CPU %s", ph.name, len(ph.ranges), ms(took.Seconds()), ms(cpu.seconds()))
 
 	if churn {
