@@ -256,6 +256,7 @@ type harnessConfig struct {
 	auxTimeoutSeconds int                     // default 3
 	timeout           time.Duration           // the proof's; default 20s
 	clock             *clocktesting.FakeClock // the APIServer's; default the real clock
+	storeClock        *clocktesting.FakeClock // the store's; default the real clock
 	// stateProofMaxObjects: 0 turns state probes off, so that the
 	// harness's store of one object is proven by its feed or auxiliary
 	// watches.
@@ -276,7 +277,11 @@ func newProofHarness(t *testing.T, cfg harnessConfig) *proofHarness {
 	if cfg.timeout == 0 {
 		cfg.timeout = 20 * time.Second
 	}
-	h := &proofHarness{api: newScriptedAPIServer(t), store: snapshot.NewStore(snapshot.StoreConfig{})}
+	storeCfg := snapshot.StoreConfig{}
+	if cfg.storeClock != nil {
+		storeCfg.Clock = cfg.storeClock
+	}
+	h := &proofHarness{api: newScriptedAPIServer(t), store: snapshot.NewStore(storeCfg)}
 	relist(h.store, listedAt, change{name: "a", rv: 5})
 	apiCfg := APIServerConfig{
 		Client: h.api.srv.Client(), Host: h.api.srv.URL,
@@ -1101,7 +1106,7 @@ func TestThroughAPIServerRequestsAhead(t *testing.T) {
 		// A watch from 20 needs every change after 20, which the store's
 		// watch will deliver once the resource has reached 20: one probe
 		// shows it, without waiting for the store or a watch of its own.
-		h := newProofHarness(t, harnessConfig{})
+		h := newProofHarness(t, harnessConfig{}) // the feed is live: a relist now
 		got := make(chan bool, 1)
 		go func() { got <- h.p.Holds(context.Background(), 20) }()
 		h.answerProbe(t, probeList(20))
@@ -1154,6 +1159,24 @@ func TestThroughAPIServerRequestsAhead(t *testing.T) {
 			t.Fatalf("At(14) = %v; want the snapshot at 13", snap)
 		}
 	})
+	t.Run("silent_feed", func(t *testing.T) {
+		// A feed without a bookmark, change or relist lately may be
+		// stuck: the store must reach the last change before 20, as for
+		// a read at 20, whatever the probe would show.
+		clk := clocktesting.NewFakeClock(time.Now())
+		h := newProofHarness(t, harnessConfig{storeClock: clk})
+		clk.Step(liveFeed + time.Second)
+		got := make(chan bool, 1)
+		go func() { got <- h.p.Holds(context.Background(), 20) }()
+		w := h.watchOpened(t, listedAt)
+		w.steps <- watchStep{events: []string{added("b", 12), bookmark(21)}}
+		empty(t, got, "Holds(20) before the store held the change at 12")
+		apply(h.store, change{name: "b", rv: 12})
+		if !recv(t, got, "Holds(20)") {
+			t.Fatal("Holds(20) = false after the store held the last change before it")
+		}
+		empty(t, h.api.probes, "probe")
+	})
 	t.Run("beyond_the_apiserver", func(t *testing.T) {
 		h := newProofHarness(t, harnessConfig{timeout: 5 * time.Second})
 		got := make(chan bool, 1)
@@ -1162,15 +1185,19 @@ func TestThroughAPIServerRequestsAhead(t *testing.T) {
 		if recv(t, got, "Holds(31)") {
 			t.Error("Holds(31) = true for a revision beyond the resource's")
 		}
-		go func() { got <- h.p.Holds(context.Background(), 20) }()
-		h.answerProbe(t, probeAnswer{status: http.StatusServiceUnavailable, body: "{}"})
-		if recv(t, got, "Holds(20)") {
-			t.Error("Holds(20) = true with the probe failing")
-		}
 		if p := h.store.Progress(); p != listedAt {
 			t.Errorf("store progress = %d, want %d", p, listedAt)
 		}
 		h.noMoreWatches(t)
+
+		// A probe that fails leaves it to the proof of a read at 20.
+		go func() { got <- h.p.Holds(context.Background(), 20) }()
+		h.answerProbe(t, probeAnswer{status: http.StatusServiceUnavailable, body: "{}"})
+		w := h.watchOpened(t, listedAt)
+		w.steps <- watchStep{events: []string{bookmark(21)}}
+		if !recv(t, got, "Holds(20)") {
+			t.Error("Holds(20) = false after the auxiliary watch showed no change up to 20")
+		}
 	})
 }
 

@@ -288,6 +288,13 @@ func (p *Prover) provenByState(ctx context.Context, proof *apiserverProof) (*sna
 	return snap, max(rv, st.rev), st, nil
 }
 
+// liveFeed is how recently a store's feed must have shown a bookmark, a
+// change or a relist for a watch ahead of it to be served on the probe
+// alone: the
+// apiserver sends a watch of a watch-cached resource a bookmark about
+// every minute. Not measured.
+const liveFeed = 90 * time.Second
+
 // quietAfter is how many fast-path waits (APIServerConfig.FastWait) since
 // a store's last change make it quiet for ConsistentIfCheap: a resource
 // written 20 times a second shows a change within 200 ms 98% of the time,
@@ -384,10 +391,14 @@ func (p *Prover) At(ctx context.Context, rv uint64) (*snapshot.Snapshot, error) 
 // whether every change after rv will reach it. With etcd, etcd tells the
 // last change at or before rv and the store reaches it within the proof
 // timeout. Without etcd, it is enough that rv is at or below the
-// resource's revision, which the probe by name reads in one round trip:
-// the store's watch then delivers every change after rv, in order, and a
-// cursor subscribed at rv skips the changes up to rv that arrive later
-// (snapshot.Store.Subscribe). Unlike At it needs no snapshot at rv, so a
+// resource's revision, which the probe by name reads in one round trip,
+// provided the store's feed is live (a bookmark, a change or a relist
+// within liveFeed): the store's watch then delivers every change after rv, in
+// order, and a cursor subscribed at rv skips the changes up to rv that
+// arrive later (snapshot.Store.Subscribe). A feed silent for longer (a
+// resource without bookmarks, or a watch that may be stuck) must reach
+// the last change at or before rv first, as a read at rv, so that a stuck
+// store is reported behind rather than given watchers. Unlike At it needs no snapshot at rv, so a
 // compacted rv is no obstacle. False when it cannot be shown: no proof,
 // the prefix not verified, the probe failing, or rv beyond etcd's (or the
 // apiserver's) revision.
@@ -399,8 +410,17 @@ func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		current, _, err := p.remote.shared.probes.current(ctx)
-		return err == nil && rev <= current
+		if p.cfg.Store.FedWithin(liveFeed) {
+			current, _, err := p.remote.shared.probes.current(ctx)
+			if err == nil {
+				return rev <= current
+			}
+		}
+		// A feed silent for longer, or a probe that failed: the store must
+		// reach the last change at or before rv, as a read at rv, or be
+		// reported behind (its watch restarted when it stays so).
+		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, true)
+		return err == nil
 	}
 	if p.cfg.Checker == nil {
 		return false

@@ -264,11 +264,10 @@ type Cursor struct {
 // Subscribe returns a cursor at the first change after rv. The store must
 // hold every change after rv: ErrNotRetained when rv is older than its
 // history of changes (or from before its last relist). rv may be past the
-// store's progress when the caller proved that no change of the resource
-// lies between the two (a consistent read), or that the store's snapshot
-// is the state at rv (an empty resource); the cursor then starts at the
-// first change after rv, skipping those up to rv the store has yet to
-// hold.
+// store's progress when the caller showed that the resource has reached
+// rv, so that the store's watch will deliver every change after it; the
+// cursor then starts at the first change after rv, skipping those up to
+// rv that the store receives later.
 func (s *Store) Subscribe(rv uint64) (*Cursor, error) {
 	f := s.feed
 	f.mu.RLock()

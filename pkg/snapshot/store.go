@@ -183,6 +183,8 @@ type Store struct {
 	// lastChange is when Apply was last called (Unix nanoseconds of the
 	// store's clock), 0 if never.
 	lastChange atomic.Int64
+	// lastReplace is when Replace was last called, likewise.
+	lastReplace atomic.Int64
 }
 
 // NewStore returns an empty, unsynced store.
@@ -485,6 +487,7 @@ type Change struct {
 // store takes entries over: packing replaces the Raw of those not packed
 // yet (see Pack).
 func (s *Store) Replace(entries []*Entry, rv uint64) {
+	s.lastReplace.Store(s.clock.Now().UnixNano())
 	s.mu.Lock()
 	s.resetTreesLocked()
 	for _, e := range entries {
@@ -577,6 +580,13 @@ func (s *Store) ChangedWithin(d time.Duration) bool {
 
 // within reports whether at (Unix nanoseconds of the store's clock, 0 for
 // never) lies within d of now.
+// FedWithin reports whether the store's feed showed life within d of now
+// (the store's clock): a bookmark, a change, or a (re)list, after which
+// its watch starts.
+func (s *Store) FedWithin(d time.Duration) bool {
+	return s.BookmarkedWithin(d) || s.ChangedWithin(d) || s.within(s.lastReplace.Load(), d)
+}
+
 func (s *Store) within(at int64, d time.Duration) bool {
 	return at != 0 && s.clock.Since(time.Unix(0, at)) <= d
 }

@@ -305,6 +305,32 @@ func TestAdvanceProgress(t *testing.T) {
 	}
 }
 
+// FedWithin: a relist, a change or a bookmark shows the feed alive for a
+// while; nothing else does.
+func TestFedWithin(t *testing.T) {
+	const d = time.Minute
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := NewStore(StoreConfig{Clock: clk})
+	if s.FedWithin(d) {
+		t.Fatal("a store never listed fed")
+	}
+	for name, feed := range map[string]func(){
+		"relist":   func() { s.Replace(nil, 10) },
+		"change":   func() { s.Apply(Change{Entry: entry("a", "p1", 12, "")}, 12) },
+		"bookmark": func() { s.MarkProgress(20) },
+	} {
+		clk.Step(2 * d)
+		if s.FedWithin(d) {
+			t.Fatalf("before the %s: fed %v ago", name, 2*d)
+		}
+		feed()
+		clk.Step(d - time.Second)
+		if !s.FedWithin(d) {
+			t.Errorf("the %s did not show the feed alive", name)
+		}
+	}
+}
+
 // Published stats carry the history bound in force, so that metrics can
 // show how close history is to it.
 func TestStatsHistoryMaxBytes(t *testing.T) {

@@ -186,15 +186,15 @@ type shardSignal struct {
 // shard (a selector the apiserver's parser made: one key for all ranges).
 // A selector whose ranges do not read as numbers waits for every change.
 func (w *waker) waitShard(sel sharding.Selector) Wait {
-	shard, err := NewShard(sel)
-	if err != nil {
-		shard = Shard{ranges: []hashRange{{toTop: true}}}
-	}
+	key := sel.String()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	key := sel.String()
 	sig, ok := w.shards[key]
 	if !ok {
+		shard, err := NewShard(sel)
+		if err != nil {
+			shard = Shard{ranges: []hashRange{{toTop: true}}}
+		}
 		sig = &shardSignal{signal: &signal{done: make(chan struct{}), from: w.head}, shard: shard}
 		w.shards[key] = sig
 	}
