@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -181,6 +182,10 @@ type resourceProof struct {
 	ctx      context.Context // ends auxiliary watches with the last store
 	cancel   context.CancelFunc
 	refs     int // stores using it; guarded by api.mu
+	// reached is the highest revision a probe of the resource has shown
+	// (resourceVersions only grow): the resource has reached every
+	// revision up to it.
+	reached atomic.Uint64
 
 	mu     sync.Mutex        // guards the fields below
 	stores []*snapshot.Store // their feeds' bookmarks are evidence of a watch cache
@@ -360,6 +365,12 @@ func (r *resourceProof) list(ctx context.Context, url string, list *metaList) (e
 		return fmt.Errorf("probe: resourceVersion %q", list.Metadata.ResourceVersion)
 	}
 	list.rev = rv
+	for {
+		seen := r.reached.Load()
+		if rv <= seen || r.reached.CompareAndSwap(seen, rv) {
+			break
+		}
+	}
 	return nil
 }
 

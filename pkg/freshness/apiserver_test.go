@@ -1104,8 +1104,9 @@ func TestAuxWatchIgnoresReplays(t *testing.T) {
 func TestThroughAPIServerRequestsAhead(t *testing.T) {
 	t.Run("holds", func(t *testing.T) {
 		// A watch from 20 needs every change after 20, which the store's
-		// watch will deliver once the resource has reached 20: one probe
-		// shows it, without waiting for the store or a watch of its own.
+		// live watch will deliver once the resource has reached 20: one
+		// probe shows it, without waiting for the store or a watch of its
+		// own, and a revision a probe already showed needs none.
 		h := newProofHarness(t, harnessConfig{}) // the feed is live: a relist now
 		got := make(chan bool, 1)
 		go func() { got <- h.p.Holds(context.Background(), 20) }()
@@ -1113,14 +1114,18 @@ func TestThroughAPIServerRequestsAhead(t *testing.T) {
 		if !recv(t, got, "Holds(20)") {
 			t.Fatal("Holds(20) = false with the resource at 20")
 		}
-		go func() { got <- h.p.Holds(context.Background(), 20) }()
+		if !h.p.Holds(context.Background(), 20) || !h.p.Holds(context.Background(), 19) {
+			t.Fatal("Holds(20), Holds(19) = false after a probe showed the resource at 20")
+		}
+		go func() { got <- h.p.Holds(context.Background(), 23) }()
 		h.answerProbe(t, probeList(25))
-		if !recv(t, got, "Holds(20)") {
-			t.Fatal("Holds(20) = false with the resource at 25")
+		if !recv(t, got, "Holds(23)") {
+			t.Fatal("Holds(23) = false with the resource at 25")
 		}
 		if p := h.store.Progress(); p != listedAt {
 			t.Errorf("store progress = %d, want %d: nothing proved the store holds more", p, listedAt)
 		}
+		empty(t, h.api.probes, "probe")
 		h.noMoreWatches(t)
 	})
 	t.Run("not_older_than", func(t *testing.T) {
@@ -1180,16 +1185,6 @@ func TestThroughAPIServerRequestsAhead(t *testing.T) {
 	t.Run("beyond_the_apiserver", func(t *testing.T) {
 		h := newProofHarness(t, harnessConfig{timeout: 5 * time.Second})
 		got := make(chan bool, 1)
-		go func() { got <- h.p.Holds(context.Background(), 31) }()
-		h.answerProbe(t, probeList(30))
-		if recv(t, got, "Holds(31)") {
-			t.Error("Holds(31) = true for a revision beyond the resource's")
-		}
-		if p := h.store.Progress(); p != listedAt {
-			t.Errorf("store progress = %d, want %d", p, listedAt)
-		}
-		h.noMoreWatches(t)
-
 		// A probe that fails leaves it to the proof of a read at 20.
 		go func() { got <- h.p.Holds(context.Background(), 20) }()
 		h.answerProbe(t, probeAnswer{status: http.StatusServiceUnavailable, body: "{}"})
@@ -1198,6 +1193,13 @@ func TestThroughAPIServerRequestsAhead(t *testing.T) {
 		if !recv(t, got, "Holds(20)") {
 			t.Error("Holds(20) = false after the auxiliary watch showed no change up to 20")
 		}
+
+		go func() { got <- h.p.Holds(context.Background(), 31) }()
+		h.answerProbe(t, probeList(30))
+		if recv(t, got, "Holds(31)") {
+			t.Error("Holds(31) = true for a revision beyond the resource's")
+		}
+		h.noMoreWatches(t)
 	})
 }
 
@@ -1330,6 +1332,12 @@ func TestConsistentWithEtcdUnverifiedPrefixProvenThroughAPIServer(t *testing.T) 
 		}
 		checkServed(t, recv(t, res, "read"), 12, listedAt)
 		h.noMoreWatches(t)
+		// A watch from the read's resourceVersion is proven the same way:
+		// the probe showed the resource at 12.
+		if !p.Holds(context.Background(), 12) {
+			t.Error("Holds(12) = false after a probe showed the empty resource at 12")
+		}
+		empty(t, h.api.probes, "probe")
 	})
 	t.Run("wrong_prefix_passes_through", func(t *testing.T) {
 		// A store holding an object etcd does not hold under the prefix:

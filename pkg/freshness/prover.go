@@ -410,26 +410,41 @@ func (p *Prover) Holds(ctx context.Context, rv uint64) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if p.remote != nil {
-		if p.cfg.Store.FedWithin(liveFeed) {
-			current, _, err := p.remote.shared.probes.current(ctx)
-			if err == nil {
-				return rev <= current
-			}
-		}
-		// A feed silent for longer, or a probe that failed: the store must
-		// reach the last change at or before rv, as a read at rv, or be
-		// reported behind (its watch restarted when it stays so).
-		_, _, _, err := p.proveThroughAPIServerAndWait(ctx, p.remote, rv, true)
-		return err == nil
+		return p.holdsThroughAPIServer(ctx, p.remote, rv)
 	}
 	if p.cfg.Checker == nil {
 		return false
 	}
 	t, _ := p.verifiedTracker(ctx)
 	if t == nil {
+		// An empty store's prefix cannot be verified: its consistent
+		// reads are proven through the apiserver, and so are its watches.
+		if proof := p.fallbackProof(); proof != nil {
+			return p.holdsThroughAPIServer(ctx, proof, rv)
+		}
 		return false
 	}
 	_, _, _, err := p.proveAndWait(ctx, t, rev)
+	return err == nil
+}
+
+// holdsThroughAPIServer is Holds through the apiserver: rv at or below a
+// revision a probe of the resource showed (the one that proved the read
+// whose resourceVersion rv is, or one sent now), the store's feed live.
+func (p *Prover) holdsThroughAPIServer(ctx context.Context, proof *apiserverProof, rv uint64) bool {
+	if p.cfg.Store.FedWithin(liveFeed) {
+		if rv <= proof.shared.reached.Load() {
+			return true
+		}
+		current, _, err := proof.shared.probes.current(ctx)
+		if err == nil {
+			return uint64(current) >= rv
+		}
+	}
+	// A feed silent for longer, or a probe that failed: the store must
+	// reach the last change at or before rv, as a read at rv, or be
+	// reported behind (its watch restarted when it stays so).
+	_, _, _, err := p.proveThroughAPIServerAndWait(ctx, proof, rv, true)
 	return err == nil
 }
 
