@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -39,12 +41,20 @@ type target struct {
 	proxied bool
 }
 
-// request is one GET.
+// request is one HTTP request: a GET unless method says otherwise.
 type request struct {
 	path   string // with query
 	accept string
 	gzip   bool // send Accept-Encoding: gzip
 	keep   bool // return the body (else it is counted and discarded)
+	// head, when keep is not set, returns the body's first head bytes
+	// (enough for a list's metadata) and discards the rest.
+	head int
+	// method, body and contentType: a request with a body, such as a
+	// PATCH.
+	method      string
+	body        string
+	contentType string
 }
 
 // result is one response.
@@ -61,12 +71,20 @@ type result struct {
 
 // do sends req and reads the whole response.
 func (t *target) do(ctx context.Context, req request) (result, error) {
-	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+req.path, nil)
+	method := cmp.Or(req.method, http.MethodGet)
+	var body io.Reader
+	if req.body != "" {
+		body = strings.NewReader(req.body)
+	}
+	hr, err := http.NewRequestWithContext(ctx, method, t.base+req.path, body)
 	if err != nil {
 		return result{}, err
 	}
 	hr.Header.Set("User-Agent", userAgent)
 	hr.Header.Set("Accept", req.accept)
+	if req.contentType != "" {
+		hr.Header.Set("Content-Type", req.contentType)
+	}
 	if req.gzip {
 		hr.Header.Set("Accept-Encoding", "gzip")
 	}
@@ -76,21 +94,31 @@ func (t *target) do(ctx context.Context, req request) (result, error) {
 	begin := time.Now()
 	resp, err := t.client.Do(hr)
 	if err != nil {
-		return result{}, fmt.Errorf("%s GET %s: %w", t.name, req.path, err)
+		return result{}, fmt.Errorf("%s %s %s: %w", t.name, method, req.path, err)
 	}
 	defer resp.Body.Close()
 	var res result
-	if req.keep {
+	switch {
+	case req.keep:
 		var buf bytes.Buffer
 		_, err = io.Copy(&buf, resp.Body)
 		res.body = buf.Bytes()
 		res.bytes = int64(buf.Len())
-	} else {
+	case req.head > 0:
+		var buf bytes.Buffer
+		_, err = io.CopyN(&buf, resp.Body, int64(req.head))
+		var rest int64
+		if err == nil || errors.Is(err, io.EOF) {
+			rest, err = io.Copy(io.Discard, resp.Body)
+		}
+		res.body = buf.Bytes()
+		res.bytes = int64(buf.Len()) + rest
+	default:
 		res.bytes, err = io.Copy(io.Discard, resp.Body)
 	}
 	res.at, res.dur = begin, time.Since(begin)
 	if err != nil {
-		return result{}, fmt.Errorf("%s GET %s: read body: %w", t.name, req.path, err)
+		return result{}, fmt.Errorf("%s %s %s: read body: %w", t.name, method, req.path, err)
 	}
 	res.status = resp.StatusCode
 	res.servedFrom = resp.Header.Get("X-Listproxy-Served-From")
@@ -101,7 +129,7 @@ func (t *target) do(ctx context.Context, req request) (result, error) {
 		if len(snippet) > 300 {
 			snippet = snippet[:300]
 		}
-		return res, fmt.Errorf("%s GET %s: %d %s", t.name, req.path, res.status, snippet)
+		return res, fmt.Errorf("%s %s %s: %d %s", t.name, method, req.path, res.status, snippet)
 	}
 	return res, nil
 }
@@ -214,7 +242,30 @@ func (s *sampler) endInterval() {
 // seconds is the measured CPU time minus what the processes would have
 // spent idle in the same wall time and less, never below zero.
 func (s *sampler) seconds() float64 {
-	return math.Max(0, s.cpu.Seconds()-s.idleRate*s.wall.Seconds()-s.less)
+	return math.Max(0, s.net())
+}
+
+// net is seconds before it is held at zero: what a stretch of the
+// intervals cost is net after it less net before it.
+func (s *sampler) net() float64 {
+	return s.cpu.Seconds() - s.idleRate*s.wall.Seconds() - s.less
+}
+
+// stddev is the sample standard deviation of xs (0 for fewer than two).
+func stddev(xs []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	mean := sum / float64(len(xs))
+	var sq float64
+	for _, x := range xs {
+		sq += (x - mean) * (x - mean)
+	}
+	return math.Sqrt(sq / float64(len(xs)-1))
 }
 
 // Settling: a side's CPU time for a measured interval runs until its
@@ -279,19 +330,30 @@ func median(xs []float64) float64 { return percentile(xs, 50) }
 // response (typed lists put metadata before items, for the apiserver and
 // listproxy alike) without decoding the items.
 func listContinue(body []byte) (string, error) {
+	m, err := listMetadata(body)
+	return m.Continue, err
+}
+
+// listMeta is a list's metadata.
+type listMeta struct {
+	ResourceVersion string `json:"resourceVersion"`
+	Continue        string `json:"continue"`
+}
+
+// listMetadata reads the metadata of a JSON list response from its head,
+// as listContinue; body may be the head alone (request.head).
+func listMetadata(body []byte) (listMeta, error) {
 	i := bytes.Index(body, []byte(`,"items":`))
 	if i < 0 {
-		return "", fmt.Errorf("no items in list response %.200q", body)
+		return listMeta{}, fmt.Errorf("no items in list response %.200q", body)
 	}
 	var head struct {
-		Metadata struct {
-			Continue string `json:"continue"`
-		} `json:"metadata"`
+		Metadata listMeta `json:"metadata"`
 	}
 	if err := json.Unmarshal(append(body[:i:i], '}'), &head); err != nil {
-		return "", fmt.Errorf("decode list metadata: %w", err)
+		return listMeta{}, fmt.Errorf("decode list metadata: %w", err)
 	}
-	return head.Metadata.Continue, nil
+	return head.Metadata, nil
 }
 
 // scrape reads t's /metrics.

@@ -119,3 +119,22 @@ func rusageCPU(t *testing.T) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+func TestCPUNoise(t *testing.T) {
+	if got := stddev([]float64{2, 4, 4, 4, 5, 5, 7, 9}); math.Abs(got-2.138) > 0.001 {
+		t.Errorf("stddev = %.4f, want 2.138", got)
+	}
+	if got := stddev([]float64{1}); got != 0 {
+		t.Errorf("stddev of one = %v, want 0", got)
+	}
+	// 40 calls a side, 1 ms apart per call: 3 × sqrt(40e-6 + 40e-6).
+	d := side{APIServerCPUCalls: 40, APIServerCPUCallStdDev: 0.001}
+	p := side{APIServerCPUCalls: 40, APIServerCPUCallStdDev: 0.001}
+	if got, want := cpuNoise(d, p), 3*math.Sqrt(80e-6); math.Abs(got-want) > 1e-9 {
+		t.Errorf("cpuNoise = %v, want %v", got, want)
+	}
+	// No spread: the floor.
+	if got := cpuNoise(side{}, side{}); got != minCPU.Seconds() {
+		t.Errorf("cpuNoise without spread = %v, want minCPU %v", got, minCPU.Seconds())
+	}
+}

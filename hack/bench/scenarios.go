@@ -20,6 +20,29 @@ type bench struct {
 	// idle CPU rates (CPU seconds per second) of each side's processes,
 	// and of etcd alone.
 	idleDirect, idleProxied, idleEtcd float64
+	// background, while set, replaces the idle rates in the series that
+	// newSeries makes: the rates measured with a scenario's background
+	// work (its writes) running alone, so that their cost is subtracted
+	// from every interval as the idle rate is.
+	background *cpuRates
+}
+
+// cpuRates are CPU seconds per second of kube-apiserver+etcd (the direct
+// side's processes), of listproxy, and of etcd alone.
+type cpuRates struct {
+	direct, proxied, etcd float64
+}
+
+// measureRates samples the rates of both sides' processes and of etcd over
+// d, at once.
+func (b *bench) measureRates(ctx context.Context, d time.Duration) cpuRates {
+	var r cpuRates
+	var wg sync.WaitGroup
+	wg.Go(func() { r.direct = measureIdle(ctx, b.env.direct, d) })
+	wg.Go(func() { r.proxied = measureIdle(ctx, b.env.proxied, d) })
+	wg.Go(func() { r.etcd = measureIdle(ctx, b.env.etcd, d) })
+	wg.Wait()
+	return r
 }
 
 func (b *bench) runAll(ctx context.Context) error {
@@ -60,7 +83,9 @@ func (b *bench) runAll(ctx context.Context) error {
 type series struct {
 	t           *target
 	cpu         sampler
-	etcd        sampler // etcd alone, over the same intervals as cpu
+	etcd        sampler   // etcd alone, over the same intervals as cpu
+	api         sampler   // on listproxy's side, kube-apiserver+etcd over its intervals
+	apiCalls    []float64 // kube-apiserver+etcd CPU per alternated call (net; see apiNet)
 	durs        []float64
 	bytes       []int64
 	answers     int // responses (a walk counts each page)
@@ -77,11 +102,21 @@ type series struct {
 }
 
 func (b *bench) newSeries(t *target) *series {
-	idle := b.idleDirect
-	if t.proxied {
-		idle = b.idleProxied
+	rates := cpuRates{direct: b.idleDirect, proxied: b.idleProxied, etcd: b.idleEtcd}
+	if b.background != nil {
+		rates = *b.background
 	}
-	return &series{t: t, cpu: sampler{t: t, idleRate: idle}, etcd: sampler{t: b.env.etcd, idleRate: b.idleEtcd}, extra: map[string][]float64{}}
+	idle := rates.direct
+	if t.proxied {
+		idle = rates.proxied
+	}
+	// api is what the requests through listproxy cost the apiserver: its
+	// freshness probes, what it passed through.
+	return &series{
+		t: t, cpu: sampler{t: t, idleRate: idle}, etcd: sampler{t: b.env.etcd, idleRate: rates.etcd},
+		api:   sampler{t: b.env.direct, idleRate: rates.direct},
+		extra: map[string][]float64{},
+	}
 }
 
 // add records one request (or one unit, such as a walk) of res.
@@ -108,11 +143,27 @@ func (s *series) answer(res result) {
 func (s *series) startInterval() {
 	s.cpu.startInterval()
 	s.etcd.startInterval()
+	if s.t.proxied {
+		s.api.startInterval()
+	}
 }
 
 func (s *series) endInterval() {
 	s.cpu.endInterval()
 	s.etcd.endInterval()
+	if s.t.proxied {
+		s.api.endInterval()
+	}
+}
+
+// apiNet is the net kube-apiserver+etcd CPU time of the side's intervals
+// so far (sampler.net): of its own processes directly, of the apiserver's
+// through listproxy.
+func (s *series) apiNet() float64 {
+	if s.t.proxied {
+		return s.api.net()
+	}
+	return s.cpu.net()
 }
 
 // sampled says whether the i-th of n requests of a scenario has its content
@@ -175,6 +226,14 @@ func (s *series) side(requests int) side {
 		ContentMismatch: s.mismatches,
 		FirstMismatch:   s.mismatch,
 	}
+	if s.t.proxied {
+		sd.APIServerCPUTotal = s.api.seconds()
+		sd.APIServerCPUPerRequest = sd.APIServerCPUTotal / float64(max(1, requests))
+	}
+	sd.APIServerCPUCalls, sd.APIServerCPUCallStdDev = len(s.apiCalls), stddev(s.apiCalls)
+	for _, c := range s.apiCalls {
+		sd.APIServerCPUNet += c
+	}
 	if len(s.bytes) > 0 {
 		var total int64
 		for _, n := range s.bytes {
@@ -231,6 +290,7 @@ func (b *bench) alternatePaced(ctx context.Context, n int, settled bool, fn func
 			if settled {
 				settleAll()
 			}
+			apiBefore := s.apiNet()
 			s.startInterval()
 			err := fn(ctx, s, i)
 			if settled {
@@ -239,6 +299,7 @@ func (b *bench) alternatePaced(ctx context.Context, n int, settled bool, fn func
 				s.extra["trailing_cpu_s"] = append(s.extra["trailing_cpu_s"], (cpuTime(s.t.pids) - before).Seconds())
 			}
 			s.endInterval()
+			s.apiCalls = append(s.apiCalls, s.apiNet()-apiBefore)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -248,11 +309,8 @@ func (b *bench) alternatePaced(ctx context.Context, n int, settled bool, fn func
 }
 
 func (b *bench) idleCPU(ctx context.Context) error {
-	var wg sync.WaitGroup
-	wg.Go(func() { b.idleDirect = measureIdle(ctx, b.env.direct, 5*time.Second) })
-	wg.Go(func() { b.idleProxied = measureIdle(ctx, b.env.proxied, 5*time.Second) })
-	wg.Go(func() { b.idleEtcd = measureIdle(ctx, b.env.etcd, 5*time.Second) })
-	wg.Wait()
+	r := b.measureRates(ctx, 5*time.Second)
+	b.idleDirect, b.idleProxied, b.idleEtcd = r.direct, r.proxied, r.etcd
 	b.report.IdleCPU = map[string]float64{"apiserver+etcd": b.idleDirect, "listproxy": b.idleProxied, "etcd": b.idleEtcd}
 	logf("idle CPU: apiserver+etcd %.3f, listproxy %.3f CPU-s/s (subtracted from measurements)", b.idleDirect, b.idleProxied)
 	return ctx.Err()
@@ -312,26 +370,26 @@ func (b *bench) fullList(ctx context.Context) error {
 	return nil
 }
 
-// walk walks the pods collection in pages of limit (resourceVersion unset,
-// as kubectl does). A measured walk records
+// walk walks collection (a path without query) in pages of limit
+// (resourceVersion unset, as kubectl does). A measured walk records
 // its wall time, bytes and first and last page times. A checked walk compares
 // every page with the apiserver's at the same resourceVersion and runs wholly
 // off the clock: it counts answers and checks only, so that the checks'
 // pauses between pages do not change what a measured walk costs either side.
-func walk(ctx context.Context, s *series, api *target, limit int, check bool) error {
+func walk(ctx context.Context, s *series, api *target, collection string, limit int, check bool) error {
 	if check {
 		var err error
-		s.offClock(func() { err = walkPages(ctx, s, api, limit, true) })
+		s.offClock(func() { err = walkPages(ctx, s, api, collection, limit, true) })
 		return err
 	}
-	return walkPages(ctx, s, api, limit, false)
+	return walkPages(ctx, s, api, collection, limit, false)
 }
 
-func walkPages(ctx context.Context, s *series, api *target, limit int, check bool) error {
+func walkPages(ctx context.Context, s *series, api *target, collection string, limit int, check bool) error {
 	begin := time.Now()
 	var total result
 	var pages []float64
-	first := "/api/v1/pods?limit=" + strconv.Itoa(limit)
+	first := collection + "?limit=" + strconv.Itoa(limit)
 	cont, apiCont := "", ""
 	for {
 		path := first
@@ -392,11 +450,11 @@ func (b *bench) walks(ctx context.Context) error {
 			// A sampled repetition through listproxy adds a checked walk
 			// before the measured one.
 			if s.t.proxied && sampled(i, b.cfg.reps) {
-				if err := walk(ctx, s, b.env.direct, limit, true); err != nil {
+				if err := walk(ctx, s, b.env.direct, "/api/v1/pods", limit, true); err != nil {
 					return err
 				}
 			}
-			return walk(ctx, s, b.env.direct, limit, false)
+			return walk(ctx, s, b.env.direct, "/api/v1/pods", limit, false)
 		})
 		if err != nil {
 			return err
