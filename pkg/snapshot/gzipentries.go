@@ -1,7 +1,6 @@
 package snapshot
 
 import (
-	"hash/fnv"
 	"slices"
 
 	"github.com/listproxy/listproxy/pkg/gzstitch"
@@ -58,11 +57,9 @@ type GzipCache struct {
 const gzipKeys = 3
 
 // GzipKey is the GzipCache.Key of a shard selector (its canonical form):
-// 64-bit FNV-1a, never 0.
+// its ShardHash, never 0.
 func GzipKey(selector string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(selector))
-	return h.Sum64() | 1
+	return ShardHash(selector) | 1
 }
 
 // NewGzipEntries prepares writing entries to zw. piece appends the bytes of
