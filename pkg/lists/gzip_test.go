@@ -67,9 +67,13 @@ var gzipTestEnvelopes = []struct {
 	{"meta_protobuf", wire.MetaProtobuf, wire.EnvelopeFor(wire.MetaProtobuf, schema.GroupVersionKind{Version: "v1", Kind: "PodList"}, false, wire.ListMeta{ResourceVersion: "12", Continue: "c"})},
 }
 
+// cacheAll and cacheNone are the gzip caches of a list of every entry and
+// of a filtered one.
+var cacheAll, cacheNone = snapshot.GzipCache{Build: true}, snapshot.GzipCache{}
+
 // checkGzipList writes entries with writeGzipList and checks that the body
 // decompresses to wire.WriteList's bytes.
-func checkGzipList(t testing.TB, f wire.Format, env wire.ListEnvelope, entries []*snapshot.Entry, cache bool) {
+func checkGzipList(t testing.TB, f wire.Format, env wire.ListEnvelope, entries []*snapshot.Entry, cache snapshot.GzipCache) {
 	t.Helper()
 	items := make([][]byte, len(entries))
 	for i, e := range entries {
@@ -83,11 +87,11 @@ func checkGzipList(t testing.TB, f wire.Format, env wire.ListEnvelope, entries [
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := writeGzipList(&got, f, parts, entries, snapshot.GzipCache{Build: cache}); err != nil {
+	if err := writeGzipList(&got, f, parts, entries, cache); err != nil {
 		t.Fatal(err)
 	}
 	if plain := gunzipAll(t, got.Bytes()); !bytes.Equal(plain, want.Bytes()) {
-		t.Fatalf("%d items (cache %v): decompressed %d bytes differ from WriteList's %d", len(entries), cache, len(plain), want.Len())
+		t.Fatalf("%d items (cache %+v): decompressed %d bytes differ from WriteList's %d", len(entries), cache, len(plain), want.Len())
 	}
 }
 
@@ -105,15 +109,15 @@ func TestWriteGzipList(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, n := range []int{0, 1, 2, 3} {
 				entries := testEntries(rand.New(rand.NewPCG(uint64(n), 1)), n)
-				checkGzipList(t, tc.f, tc.env, entries, true)
-				checkGzipList(t, tc.f, tc.env, entries, true)
-				checkGzipList(t, tc.f, tc.env, entries, false)
+				checkGzipList(t, tc.f, tc.env, entries, cacheAll)
+				checkGzipList(t, tc.f, tc.env, entries, cacheAll)
+				checkGzipList(t, tc.f, tc.env, entries, cacheNone)
 			}
 
 			rng := rand.New(rand.NewPCG(2, 3))
 			entries := testEntries(rng, 300)
 			// Cold: every chunk is built; warm: every chunk is reused.
-			checkGzipList(t, tc.f, tc.env, entries, true)
+			checkGzipList(t, tc.f, tc.env, entries, cacheAll)
 			built := cachedItems(entries)
 			if built[0] != nil {
 				t.Errorf("the first item got a chunk; want it compressed per response")
@@ -123,7 +127,7 @@ func TestWriteGzipList(t *testing.T) {
 					t.Fatalf("item %d has no chunk after a full list", i+1)
 				}
 			}
-			checkGzipList(t, tc.f, tc.env, entries, true)
+			checkGzipList(t, tc.f, tc.env, entries, cacheAll)
 			for i, it := range cachedItems(entries) {
 				if it != built[i] {
 					t.Errorf("item %d: chunk rebuilt by an identical list", i)
@@ -137,7 +141,7 @@ func TestWriteGzipList(t *testing.T) {
 					filtered = append(filtered, e)
 				}
 			}
-			checkGzipList(t, tc.f, tc.env, filtered, false)
+			checkGzipList(t, tc.f, tc.env, filtered, cacheNone)
 			for i, it := range cachedItems(entries) {
 				if it != built[i] {
 					t.Errorf("item %d: chunk changed by a filtered list", i)
@@ -145,7 +149,7 @@ func TestWriteGzipList(t *testing.T) {
 			}
 
 			// A page in the middle: only its first items are recompressed.
-			checkGzipList(t, tc.f, tc.env, entries[150:220], true)
+			checkGzipList(t, tc.f, tc.env, entries[150:220], cacheAll)
 
 			// Changes: replaced objects, a deletion, an insertion. Chunks
 			// far from them stay; the full list is right again.
@@ -155,12 +159,12 @@ func TestWriteGzipList(t *testing.T) {
 			}
 			changed = append(changed[:60], changed[61:]...)
 			changed = append(changed[:200], append([]*snapshot.Entry{{Key: "ns/00199x", Raw: testItem(rng, 5000, 1500)}}, changed[200:]...)...)
-			checkGzipList(t, tc.f, tc.env, changed, true)
-			checkGzipList(t, tc.f, tc.env, changed, true)
+			checkGzipList(t, tc.f, tc.env, changed, cacheAll)
+			checkGzipList(t, tc.f, tc.env, changed, cacheAll)
 			if it := entries[280].GzipCached(snapshot.GzipListItem); it != built[280] {
 				t.Errorf("item 280, far from every change, was recompressed")
 			}
-			checkGzipList(t, tc.f, tc.env, entries, true) // the old snapshot still lists right
+			checkGzipList(t, tc.f, tc.env, entries, cacheAll) // the old snapshot still lists right
 		})
 	}
 }
@@ -180,7 +184,7 @@ func TestWriteGzipListConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 8 {
 				shape := shapes[(g+i)%len(shapes)]
-				checkGzipList(t, wire.JSON, gzipTestEnvelopes[0].env, shape, (g+i)%4 != 0)
+				checkGzipList(t, wire.JSON, gzipTestEnvelopes[0].env, shape, snapshot.GzipCache{Build: (g+i)%4 != 0})
 			}
 		})
 	}
@@ -269,33 +273,12 @@ func TestWriteGzipListShardChunks(t *testing.T) {
 		{"even", even, snapshot.GzipCache{Build: true, Key: snapshot.GzipKey("even")}},
 		{"odd", odd, snapshot.GzipCache{Build: true, Key: snapshot.GzipKey("odd")}},
 	}
-	write := func(entries []*snapshot.Entry, cache snapshot.GzipCache) {
-		t.Helper()
-		items := make([][]byte, len(entries))
-		for i, e := range entries {
-			items[i] = e.Raw
-		}
-		var want, got bytes.Buffer
-		if err := wire.WriteList(&want, f, env, items); err != nil {
-			t.Fatal(err)
-		}
-		parts, err := wire.SplitList(f, env, items)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := writeGzipList(&got, f, parts, entries, cache); err != nil {
-			t.Fatal(err)
-		}
-		if plain := gunzipAll(t, got.Bytes()); !bytes.Equal(plain, want.Bytes()) {
-			t.Fatalf("decompressed %d bytes differ from WriteList's %d", len(plain), want.Len())
-		}
-	}
 	for _, l := range lists {
-		write(l.entries, l.cache)
+		checkGzipList(t, f, env, l.entries, l.cache)
 	}
 	built := cachedItems(entries)
 	for _, l := range lists {
-		write(l.entries, l.cache)
+		checkGzipList(t, f, env, l.entries, l.cache)
 		for i, it := range cachedItems(entries) {
 			if it != built[i] {
 				t.Fatalf("after the %s list: entry %d's chunks rebuilt; each list's chunks should be kept beside the others'", l.name, i)
