@@ -31,7 +31,6 @@ import (
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
-	"github.com/listproxy/listproxy/test/framework/binaries"
 	"github.com/listproxy/listproxy/test/framework/seed"
 )
 
@@ -428,14 +427,7 @@ func TestShardSelectorInformers(t *testing.T) {
 // and returns it, the release and whether the gate is on.
 func startShardControlPlane(t *testing.T) (cp *framework.ControlPlane, release string, gated bool) {
 	t.Helper()
-	v, err := binaries.KubeVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	minor, err := strconv.Atoi(strings.Split(v, ".")[1])
-	if err != nil {
-		t.Fatalf("release %q: %v", v, err)
-	}
+	v, minor := kubeRelease(t)
 	var cfg framework.ControlPlaneConfig
 	gated = minor >= 37
 	if gated {

@@ -27,7 +27,6 @@ import (
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/wire"
 	"github.com/listproxy/listproxy/test/framework"
-	"github.com/listproxy/listproxy/test/framework/binaries"
 )
 
 // tableWatchNS is the namespace of TestTableWatchDifferential.
@@ -361,14 +360,7 @@ type tableBookmarkTarget struct {
 // wait for the row, side by side, then are served and compared. meanwhile
 // runs between the two.
 func checkTableWatchBookmarks(ctx context.Context, t *testing.T, lp *framework.Listproxy, lpc, apic rawClient, meanwhile func(*testing.T), targets []tableBookmarkTarget) {
-	v, err := binaries.KubeVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	minor, err := strconv.Atoi(strings.Split(v, ".")[1])
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, minor := kubeRelease(t)
 	watchLists, _, _ := releaseGates(minor)
 	passedThrough := func() float64 {
 		return framework.Scrape(t, nil, lp.URL+"/metrics").Sum("listproxy_watch_passed_through_total", `reason="table_watch"`)

@@ -16,6 +16,21 @@ import (
 	"github.com/listproxy/listproxy/test/framework/binaries"
 )
 
+// kubeRelease returns the release of the control plane under test
+// (KUBE_VERSION, e.g. "1.37.2") and its minor version.
+func kubeRelease(t *testing.T) (string, int) {
+	t.Helper()
+	v, err := binaries.KubeVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	minor, err := strconv.Atoi(strings.Split(v, ".")[1])
+	if err != nil {
+		t.Fatalf("release %q: %v", v, err)
+	}
+	return v, minor
+}
+
 // releaseGates are the defaults of the watch feature gates in release
 // 1.minor (k8s.io/apiserver/pkg/features). has says whether the release
 // knows WatchListCompression.
@@ -32,14 +47,7 @@ func releaseGates(minor int) (watchList, compression, has bool) {
 // watch-list is served either way). A watch-list is gzipped exactly when
 // WatchListCompression is on.
 func TestWatchFollowsFeatureGates(t *testing.T) {
-	v, err := binaries.KubeVersion()
-	if err != nil {
-		t.Fatal(err)
-	}
-	minor, err := strconv.Atoi(strings.Split(v, ".")[1])
-	if err != nil {
-		t.Fatalf("release %q: %v", v, err)
-	}
+	_, minor := kubeRelease(t)
 	watchList, compression, hasCompression := releaseGates(minor)
 	type gates struct{ watchList, compression bool }
 	cases := []gates{{!watchList, compression}}
