@@ -516,32 +516,60 @@ func (b *bench) sharded(ctx context.Context) error {
 // measured syncs are those of informers restarting against a listproxy
 // that served such a watch-list before, as a deployment's does.
 func (b *bench) shardedWarm(ctx context.Context, ph *shardedPhase) error {
+	sy, err := b.shardedSync(ctx, ph, "warm-up")
+	if sy.si != nil {
+		defer sy.si.close()
+	}
+	if err != nil {
+		return err
+	}
+	ph.warmCPU = sy.cpu
+	logf("  %s, warm-up: %d informers synced in %s, listproxy CPU %s", ph.name, len(ph.ranges), ms(sy.took.Seconds()), ms(ph.warmCPU))
+	sy.si.close()
+	_, err = b.watchesEnded(ctx, sy.before, len(ph.ranges))
+	return err
+}
+
+// shardedSynced is what shardedSync measured.
+type shardedSynced struct {
+	// si are the informers, synced; the caller closes them.
+	si *shardInformers
+	// before is listproxy's metrics before they started.
+	before framework.Metrics
+	// took is the time from their start until every one synced; bytes
+	// what they read meanwhile; cpu listproxy's CPU seconds from a
+	// settled start to a settled end.
+	took  time.Duration
+	bytes int64
+	cpu   float64
+}
+
+// shardedSync starts ph's informers and waits until they synced; what
+// names the sync in errors.
+func (b *bench) shardedSync(ctx context.Context, ph *shardedPhase, what string) (shardedSynced, error) {
+	var sy shardedSynced
 	lp := b.env.proxied
 	runtime.GC()
 	settle(ctx, b.idleProxied, lp)
-	before, err := scrape(ctx, lp)
-	if err != nil {
-		return err
+	var err error
+	if sy.before, err = scrape(ctx, lp); err != nil {
+		return sy, err
 	}
 	cpu := sampler{t: lp, idleRate: b.idleProxied}
 	cpu.startInterval()
 	begin := time.Now()
-	si, err := b.env.startShardInformers(ctx, lp, ph.ranges)
-	if err != nil {
-		return err
+	if sy.si, err = b.env.startShardInformers(ctx, lp, ph.ranges); err != nil {
+		return sy, err
 	}
-	defer si.close()
-	if err := si.waitSynced(ctx); err != nil {
-		return fmt.Errorf("sharded, %s, warm-up: %w", ph.name, err)
+	if err := sy.si.waitSynced(ctx); err != nil {
+		return sy, fmt.Errorf("sharded, %s, %s: %w", ph.name, what, err)
 	}
-	took := time.Since(begin)
+	sy.took = time.Since(begin)
+	sy.bytes = sy.si.read.Load()
 	settle(ctx, b.idleProxied, lp)
 	cpu.endInterval()
-	ph.warmCPU = cpu.seconds()
-	logf("  %s, warm-up: %d informers synced in %s, listproxy CPU %s", ph.name, len(ph.ranges), ms(took.Seconds()), ms(ph.warmCPU))
-	si.close()
-	_, err = b.watchesEnded(ctx, before, len(ph.ranges))
-	return err
+	sy.cpu = cpu.seconds()
+	return sy, nil
 }
 
 // shardedRun runs one repetition of phase ph: its informers start and
@@ -550,38 +578,27 @@ func (b *bench) shardedWarm(ctx context.Context, ph *shardedPhase) error {
 // their stores are checked and they stop.
 func (b *bench) shardedRun(ctx context.Context, ph *shardedPhase, churn bool) error {
 	lp := b.env.proxied
-	runtime.GC()
-	settle(ctx, b.idleProxied, lp)
-	before, err := scrape(ctx, lp)
-	if err != nil {
-		return err
-	}
+	// The apiserver's record of the phase, from before its informers
+	// start.
 	audit, err := openAuditTail(b.env.cp.AuditLogFile)
 	if err != nil {
 		return err
 	}
 	defer audit.close()
-	cpu := sampler{t: lp, idleRate: b.idleProxied}
-	cpu.startInterval()
-	begin := time.Now()
-	si, err := b.env.startShardInformers(ctx, lp, ph.ranges)
+	sy, err := b.shardedSync(ctx, ph, "sync")
+	if sy.si != nil {
+		defer sy.si.close()
+	}
 	if err != nil {
 		return err
 	}
-	defer si.close()
-	if err := si.waitSynced(ctx); err != nil {
-		return fmt.Errorf("sharded, %s: %w", ph.name, err)
-	}
-	took := time.Since(begin)
-	bytesRead := si.read.Load()
-	settle(ctx, b.idleProxied, lp)
-	cpu.endInterval()
+	si, before := sy.si, sy.before
 	if !churn {
-		ph.syncCPU = append(ph.syncCPU, cpu.seconds())
-		ph.s.durs = append(ph.s.durs, took.Seconds())
-		ph.s.bytes = append(ph.s.bytes, bytesRead)
+		ph.syncCPU = append(ph.syncCPU, sy.cpu)
+		ph.s.durs = append(ph.s.durs, sy.took.Seconds())
+		ph.s.bytes = append(ph.s.bytes, sy.bytes)
 	}
-	logf("  %s: %d informers synced in %s, listproxy CPU %s", ph.name, len(ph.ranges), ms(took.Seconds()), ms(cpu.seconds()))
+	logf("  %s: %d informers synced in %s, listproxy CPU %s", ph.name, len(ph.ranges), ms(sy.took.Seconds()), ms(sy.cpu))
 
 	if churn {
 		evBefore, err := scrape(ctx, lp)
