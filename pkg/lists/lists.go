@@ -12,6 +12,7 @@ import (
 	shardparser "k8s.io/apiserver/pkg/sharding"
 	"k8s.io/klog/v2"
 
+	"github.com/listproxy/listproxy/pkg/admission"
 	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/paging"
@@ -66,9 +67,10 @@ type Config struct {
 	// waiting up to 2.25 s for an auxiliary watch's bookmark; the
 	// apiserver answers it in milliseconds. 0 turns the rule off.
 	ConsistentPassThroughMaxObjects int
-	// Inflight bounds the responses being written at once and sets their
-	// write deadline; the zero value bounds nothing.
-	Inflight InflightConfig
+	// Admission admits the responses being written at once and sets their
+	// write deadline, shared with the watch server's watch-lists; nil
+	// bounds nothing.
+	Admission *admission.Queue
 	// ServeShardSelectors serves LISTs with a shardSelector (KEP-5866)
 	// from snapshots, as the 1.37 apiserver with its ShardedListAndWatch
 	// gate answers them; when false they pass through
@@ -93,25 +95,15 @@ func DefaultConfig() Config {
 		ScanBudget:                      100000,
 		ConsistentPassThroughMaxObjects: DefaultConsistentPassThroughMaxObjects,
 		ServeShardSelectors:             true,
-		// In-flight LIST bounds (not measured): the apiserver's
-		// --max-requests-inflight for reads; 2 GiB of responses, so that
-		// three full lists of 150k pods (~600 MB of JSON each) are written
-		// at once and a larger one alone; its 60s request timeout.
-		Inflight: InflightConfig{
-			MaxLists:     400,
-			MaxBytes:     2 << 30,
-			QueueWait:    5 * time.Second,
-			WriteTimeout: 60 * time.Second,
-		},
 	}
 }
 
 // Lists answers cacheable LISTs from snapshots. It implements the edge's
 // ListServer.
 type Lists struct {
-	cfg      Config
-	stores   *stores.Registry
-	inflight *inflight
+	cfg       Config
+	stores    *stores.Registry
+	admission *admission.Queue
 }
 
 // New builds the LIST server over cfg.Stores.
@@ -119,7 +111,11 @@ func New(cfg Config) (*Lists, error) {
 	if cfg.Stores == nil {
 		return nil, fmt.Errorf("no store registry")
 	}
-	return &Lists{cfg: cfg, stores: cfg.Stores, inflight: newInflight(cfg.Inflight)}, nil
+	queue := cfg.Admission
+	if queue == nil {
+		queue = admission.NewQueue(admission.Config{})
+	}
+	return &Lists{cfg: cfg, stores: cfg.Stores, admission: queue}, nil
 }
 
 // listRequest is a cacheable LIST, parsed.
@@ -212,7 +208,7 @@ func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest,
 		httpapi.WriteStatus(w, status)
 		return true, ReasonTooManyRequests
 	}
-	defer slot.release()
+	defer slot.Release()
 	// A page that passes through does so before its snapshot is pinned for
 	// the next page's token: it leaves no pin behind.
 	env := h.Envelope()
@@ -252,10 +248,10 @@ func (l *Lists) respond(w http.ResponseWriter, r *http.Request, req listRequest,
 		l.cfg.Metrics.servedStale(req.ResourceName())
 	}
 	if req.Format == wire.Table {
-		l.respondTable(slot.writer(w), r, req, tableHead, tableRows, meta, page.Items)
+		l.respondTable(slot.Writer(w), r, req, tableHead, tableRows, meta, page.Items)
 		return true, v.reason
 	}
-	l.write(slot.writer(w), r, req.Format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, req.GzipCache())
+	l.write(slot.Writer(w), r, req.Format, wire.ListEnvelope{APIVersion: env.APIVersion, Kind: env.Kind, Unstructured: env.Unstructured, ListMeta: meta}, page.Items, req.GzipCache())
 	return true, v.reason
 }
 

@@ -8,11 +8,12 @@ package lists
 // once (httpapi.DeclinePeerList; the edge declines what it would pass
 // through before offering it here), and the asking replica lists from the
 // apiserver itself. The waits of a served read remain and are bounded: a
-// consistent read's freshness proof (stores.Config.ConsistentReadTimeout) and
-// admission (Config.Inflight.QueueWait, then 429). So a peer's list never
-// costs the apiserver more than the asking replica's own list would, and a
-// replica that a Service routes its own peer list to (it became ready, then
-// started a store) declines instead of waiting for itself.
+// consistent read's freshness proof (stores.Config.ConsistentReadTimeout)
+// and admission (Config.Admission: admission.Config.QueueWait, then 429).
+// So a peer's list never costs the apiserver more than the asking
+// replica's own list would, and a replica that a Service routes its own
+// peer list to (it became ready, then started a store) declines instead of
+// waiting for itself.
 
 // ReasonPeerDeclined is the reason of the answer to a peer's list that
 // listproxy does not serve from a synced snapshot.

@@ -166,8 +166,8 @@ func TestStoreStartPolicy(t *testing.T) {
 	}
 }
 
-// counterValue is the value of the counter name with labels in reg; 0 when
-// it was never counted.
+// counterValue is the value of the counter (or gauge) name with labels in
+// reg; 0 when it was never counted.
 func counterValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -184,6 +184,9 @@ func counterValue(t *testing.T, reg prometheus.Gatherer, name string, labels map
 				if labels[lp.GetName()] != lp.GetValue() {
 					continue metrics
 				}
+			}
+			if g := m.GetGauge(); g != nil {
+				return g.GetValue()
 			}
 			return m.GetCounter().GetValue()
 		}

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/selection"
@@ -31,12 +30,12 @@ type Handler struct {
 	stores *stores.Registry
 	// admit admits watch-lists' initial events as LISTs are admitted
 	// (Target.Admit); nil admits every one at once.
-	admit func(ctx context.Context, weight int64) (func(), time.Time, *apierrors.StatusError)
+	admit Admitter
 }
 
 // NewHandler returns a Handler serving watches of reg's stores with srv;
 // admit, when not nil, admits watch-lists' initial events (Target.Admit).
-func NewHandler(srv *Server, reg *stores.Registry, admit func(ctx context.Context, weight int64) (func(), time.Time, *apierrors.StatusError)) *Handler {
+func NewHandler(srv *Server, reg *stores.Registry, admit Admitter) *Handler {
 	return &Handler{srv: srv, stores: reg, admit: admit}
 }
 

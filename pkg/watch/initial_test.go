@@ -147,7 +147,7 @@ func TestInitialEventsAdmitted(t *testing.T) {
 			released++
 		}, time.Time{}, nil
 	}
-	ts := serveWith(t, store, Config{}, func(t *Target) { t.Admit = admit })
+	ts := serveWith(t, store, Config{}, func(t *Target) { t.Admit = admitFunc(admit) })
 
 	d := open(t, ts.URL+"?"+watchListQuery+"&timeoutSeconds=600")
 	if evs := next(t, d, 101); !evs[100].End {
@@ -192,6 +192,13 @@ func TestInitialEventsAdmitted(t *testing.T) {
 	mu.Unlock()
 }
 
+// admitFunc is a test's Admitter.
+type admitFunc func(ctx context.Context, weight int64) (func(), time.Time, *apierrors.StatusError)
+
+func (f admitFunc) AdmitWatchList(ctx context.Context, weight int64) (func(), time.Time, *apierrors.StatusError) {
+	return f(ctx, weight)
+}
+
 // TestInitialEventsDeadline: initial events not written by the deadline
 // the admission gave are cut short as too slow.
 func TestInitialEventsDeadline(t *testing.T) {
@@ -202,9 +209,9 @@ func TestInitialEventsDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := serveWith(t, store, Config{Metrics: m}, func(t *Target) {
-		t.Admit = func(context.Context, int64) (func(), time.Time, *apierrors.StatusError) {
+		t.Admit = admitFunc(func(context.Context, int64) (func(), time.Time, *apierrors.StatusError) {
 			return func() {}, time.Now().Add(200 * time.Millisecond), nil
-		}
+		})
 	})
 	// The client reads the head and nothing more.
 	resp, err := http.Get(ts.URL + "?" + watchListQuery)

@@ -64,7 +64,7 @@ func podsHandler(tb testing.TB, store *snapshot.Store) *Handler {
 	admit := func(context.Context, int64) (func(), time.Time, *apierrors.StatusError) {
 		return func() {}, time.Time{}, nil
 	}
-	return NewHandler(NewServer(Config{}), reg, admit)
+	return NewHandler(NewServer(Config{}), reg, admitFunc(admit))
 }
 
 // initialEventsEnd is how the bookmark ending a JSON watch-list's initial

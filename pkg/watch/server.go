@@ -134,15 +134,23 @@ type Target struct {
 	// as Warning headers as the apiserver does.
 	Warnings []string
 	// Admit admits the initial events of a watch-list for writing, as a
-	// LIST is admitted: weight is their objects' encoded bytes (an
-	// estimate without selectors). It returns release, called once they
-	// are written, and the time by which they must be (zero: no bound),
-	// past which the watch is cut short; or, when there is no room in
-	// time, the apiserver's 429 to answer with. Nil admits every
-	// watch-list at once.
-	Admit func(ctx context.Context, weight int64) (release func(), deadline time.Time, rejected *apierrors.StatusError)
+	// LIST is admitted (Admitter). Nil admits every watch-list at once.
+	Admit Admitter
 	// Table is set for a watch of Table rows (format wire.Table).
 	Table *TableTarget
+}
+
+// Admitter admits the initial events of watch-lists for writing as LIST
+// responses are admitted: listproxy's is the *admission.Queue
+// (pkg/admission) that the LIST server admits its responses with, so that
+// LISTs and watch-lists share one bound.
+type Admitter interface {
+	// AdmitWatchList admits initial events weighing weight bytes (their
+	// objects' encoded bytes; an estimate without selectors). It returns
+	// release, called once they are written, and the time by which they
+	// must be (zero: no bound), past which the watch is cut short; or,
+	// when there is no room in time, the apiserver's 429 to answer with.
+	AdmitWatchList(ctx context.Context, weight int64) (release func(), deadline time.Time, rejected *apierrors.StatusError)
 }
 
 // TableTarget is what a watch of Table rows needs (kubectl get -w): each
@@ -416,7 +424,7 @@ func (s *Server) admitInitial(ctx context.Context, snap *snapshot.Snapshot, t Ta
 	} else {
 		weight = unselectedWeight(snap, t.Namespace)
 	}
-	release, deadline, rejected := t.Admit(ctx, weight)
+	release, deadline, rejected := t.Admit.AdmitWatchList(ctx, weight)
 	if rejected != nil {
 		return nil, nil, time.Time{}, rejected
 	}

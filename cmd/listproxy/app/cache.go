@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/listproxy/listproxy/pkg/admission"
 	"github.com/listproxy/listproxy/pkg/consistency"
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/lists"
@@ -80,10 +81,11 @@ type CacheOptions struct {
 }
 
 // newCacheOptions returns the defaults: the store registry's
-// (stores.DefaultConfig), the LIST server's (lists.DefaultConfig), and the
-// command's own for its flags that are neither's config.
+// (stores.DefaultConfig), the LIST server's (lists.DefaultConfig), the
+// admission of responses' (admission.DefaultConfig), and the command's own
+// for its flags that are none of theirs.
 func newCacheOptions() CacheOptions {
-	s, l := stores.DefaultConfig(), lists.DefaultConfig()
+	s, l, a := stores.DefaultConfig(), lists.DefaultConfig(), admission.DefaultConfig()
 	return CacheOptions{
 		Resources:                       []string{"*"},
 		ColdStoreWait:                   s.ColdStoreWait,
@@ -95,10 +97,10 @@ func newCacheOptions() CacheOptions {
 		ListScanBudget:                  l.ScanBudget,
 		DiscoveryInterval:               s.DiscoveryInterval,
 		NotOlderThanWait:                l.NotOlderThanWait,
-		MaxInflightLists:                l.Inflight.MaxLists,
-		MaxInflightListBytes:            l.Inflight.MaxBytes,
-		ListQueueWait:                   l.Inflight.QueueWait,
-		ListWriteTimeout:                l.Inflight.WriteTimeout,
+		MaxInflightLists:                a.MaxLists,
+		MaxInflightListBytes:            a.MaxBytes,
+		ListQueueWait:                   a.QueueWait,
+		ListWriteTimeout:                a.WriteTimeout,
 		ConsistencyCheckInterval:        s.ConsistencyCheck.Interval,
 		EtcdPrefix:                      freshness.DefaultRoot,
 		EtcdResourcePrefixes:            map[string]string{},
@@ -384,10 +386,19 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*c
 	if err != nil {
 		return nil, err
 	}
-	inflightMetrics, err := lists.NewInflightMetrics(reg)
+	admissionMetrics, err := admission.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
+	// One queue admits LIST responses and watch-lists' initial events
+	// alike: a storm of either is a LIST storm.
+	queue := admission.NewQueue(admission.Config{
+		MaxLists:     o.MaxInflightLists,
+		MaxBytes:     o.MaxInflightListBytes,
+		QueueWait:    o.ListQueueWait,
+		WriteTimeout: o.ListWriteTimeout,
+		Metrics:      admissionMetrics,
+	})
 	l, err := lists.New(lists.Config{
 		Stores:                          registry,
 		Keys:                            keys,
@@ -399,13 +410,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*c
 		FallbackReject:                  o.ConsistentReadFallback == "reject",
 		ConsistentPassThroughMaxObjects: o.ConsistentPassThroughMaxObjects,
 		ServeShardSelectors:             o.ServeShardSelectors,
-		Inflight: lists.InflightConfig{
-			MaxLists:     o.MaxInflightLists,
-			MaxBytes:     o.MaxInflightListBytes,
-			QueueWait:    o.ListQueueWait,
-			WriteTimeout: o.ListWriteTimeout,
-			Metrics:      inflightMetrics,
-		},
+		Admission:                       queue,
 	})
 	if err != nil {
 		return nil, err
@@ -422,7 +427,7 @@ func startCache(ctx context.Context, cfg *Config, reg prometheus.Registerer) (*c
 	wcfg := watch.DefaultConfig()
 	wcfg.Metrics, wcfg.WriteTimeout, wcfg.ServeShardSelectors = watchMetrics, o.WatchWriteTimeout, o.ServeShardSelectors
 	srv := watch.NewServer(wcfg)
-	c.watches = watch.NewHandler(srv, registry, l.AdmitWatchList)
+	c.watches = watch.NewHandler(srv, registry, queue)
 	return c, nil
 }
 

@@ -1,4 +1,4 @@
-package lists
+package admission
 
 import (
 	"context"
@@ -8,20 +8,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
-
-	"github.com/listproxy/listproxy/pkg/collection"
-	"github.com/listproxy/listproxy/pkg/paging"
-	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/stores"
 )
 
 // inflightStep either enqueues a response (enqueue, weight) or releases an
@@ -38,12 +31,12 @@ type inflightStep struct {
 func TestInflightAdmission(t *testing.T) {
 	tests := []struct {
 		name  string
-		cfg   InflightConfig
+		cfg   Config
 		steps []inflightStep
 	}{
 		{
 			name: "unbounded",
-			cfg:  InflightConfig{QueueWait: time.Second},
+			cfg:  Config{QueueWait: time.Second},
 			steps: []inflightStep{
 				{enqueue: "a", weight: 1 << 40, admitted: []string{"a"}},
 				{enqueue: "b", weight: 1 << 40, admitted: []string{"a", "b"}},
@@ -51,7 +44,7 @@ func TestInflightAdmission(t *testing.T) {
 		},
 		{
 			name: "count_bound",
-			cfg:  InflightConfig{MaxLists: 2, QueueWait: time.Second},
+			cfg:  Config{MaxLists: 2, QueueWait: time.Second},
 			steps: []inflightStep{
 				{enqueue: "a", admitted: []string{"a"}},
 				{enqueue: "b", admitted: []string{"a", "b"}},
@@ -61,7 +54,7 @@ func TestInflightAdmission(t *testing.T) {
 		},
 		{
 			name: "byte_bound",
-			cfg:  InflightConfig{MaxBytes: 100, QueueWait: time.Second},
+			cfg:  Config{MaxBytes: 100, QueueWait: time.Second},
 			steps: []inflightStep{
 				{enqueue: "a", weight: 60, admitted: []string{"a"}},
 				{enqueue: "b", weight: 30, admitted: []string{"a", "b"}},
@@ -71,7 +64,7 @@ func TestInflightAdmission(t *testing.T) {
 		},
 		{
 			name: "empty_page_fits_a_full_budget",
-			cfg:  InflightConfig{MaxBytes: 100, QueueWait: time.Second},
+			cfg:  Config{MaxBytes: 100, QueueWait: time.Second},
 			steps: []inflightStep{
 				{enqueue: "a", weight: 100, admitted: []string{"a"}},
 				{enqueue: "b", weight: 0, admitted: []string{"a", "b"}},
@@ -79,7 +72,7 @@ func TestInflightAdmission(t *testing.T) {
 		},
 		{
 			name: "oversized_response_is_written_alone",
-			cfg:  InflightConfig{MaxBytes: 100, QueueWait: time.Second},
+			cfg:  Config{MaxBytes: 100, QueueWait: time.Second},
 			steps: []inflightStep{
 				{enqueue: "a", weight: 10, admitted: []string{"a"}},
 				{enqueue: "b", weight: 500, admitted: []string{"a"}, queued: []string{"b"}},
@@ -90,7 +83,7 @@ func TestInflightAdmission(t *testing.T) {
 		},
 		{
 			name: "queued_heavy_response_is_not_overtaken",
-			cfg:  InflightConfig{MaxBytes: 100, QueueWait: time.Second},
+			cfg:  Config{MaxBytes: 100, QueueWait: time.Second},
 			steps: []inflightStep{
 				{enqueue: "a", weight: 60, admitted: []string{"a"}},
 				{enqueue: "b", weight: 100, admitted: []string{"a"}, queued: []string{"b"}},
@@ -101,7 +94,7 @@ func TestInflightAdmission(t *testing.T) {
 		},
 		{
 			name: "release_admits_every_queued_response_that_fits",
-			cfg:  InflightConfig{MaxLists: 3, MaxBytes: 100, QueueWait: time.Second},
+			cfg:  Config{MaxLists: 3, MaxBytes: 100, QueueWait: time.Second},
 			steps: []inflightStep{
 				{enqueue: "a", weight: 100, admitted: []string{"a"}},
 				{enqueue: "b", weight: 30, admitted: []string{"a"}, queued: []string{"b"}},
@@ -112,7 +105,7 @@ func TestInflightAdmission(t *testing.T) {
 		},
 		{
 			name: "no_queue",
-			cfg:  InflightConfig{MaxLists: 1},
+			cfg:  Config{MaxLists: 1},
 			steps: []inflightStep{
 				{enqueue: "a", admitted: []string{"a"}},
 				{enqueue: "b", rejected: true, admitted: []string{"a"}},
@@ -124,7 +117,7 @@ func TestInflightAdmission(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.Clock = clocktesting.NewFakeClock(time.Now())
-			f := newInflight(tc.cfg)
+			f := NewQueue(tc.cfg)
 			waiters := map[string]*waiter{}
 			var order []string
 			for i, s := range tc.steps {
@@ -174,21 +167,21 @@ func TestInflightWait(t *testing.T) {
 		name string
 		// act runs while "b" waits behind "a" (60 of 100 bytes) and "c"
 		// (10 bytes) waits behind "b" (100 bytes).
-		act      func(clk *clocktesting.FakeClock, f *inflight, a *waiter, cancelB context.CancelFunc)
+		act      func(clk *clocktesting.FakeClock, f *Queue, a *waiter, cancelB context.CancelFunc)
 		wantErr  error // from b's wait
 		wantC    bool  // c admitted afterwards
 		rejected map[string]float64
 	}{
 		{
 			name:     "times_out",
-			act:      func(clk *clocktesting.FakeClock, _ *inflight, _ *waiter, _ context.CancelFunc) { clk.Step(queueWait) },
+			act:      func(clk *clocktesting.FakeClock, _ *Queue, _ *waiter, _ context.CancelFunc) { clk.Step(queueWait) },
 			wantErr:  errQueueTimeout,
 			wantC:    true, // c was held back by b only
 			rejected: map[string]float64{rejectedTimeout: 1},
 		},
 		{
 			name: "client_leaves_and_unblocks_the_queue",
-			act: func(_ *clocktesting.FakeClock, _ *inflight, _ *waiter, cancelB context.CancelFunc) {
+			act: func(_ *clocktesting.FakeClock, _ *Queue, _ *waiter, cancelB context.CancelFunc) {
 				cancelB()
 			},
 			wantErr:  context.Canceled,
@@ -197,14 +190,14 @@ func TestInflightWait(t *testing.T) {
 		},
 		{
 			name: "admitted",
-			act: func(_ *clocktesting.FakeClock, f *inflight, a *waiter, _ context.CancelFunc) {
+			act: func(_ *clocktesting.FakeClock, f *Queue, a *waiter, _ context.CancelFunc) {
 				f.release(a.weight)
 			},
 		},
 		{
 			// Admitted and timed out at once: either way b holds its slot.
 			name: "admitted_as_the_wait_ends",
-			act: func(clk *clocktesting.FakeClock, f *inflight, a *waiter, _ context.CancelFunc) {
+			act: func(clk *clocktesting.FakeClock, f *Queue, a *waiter, _ context.CancelFunc) {
 				f.release(a.weight)
 				clk.Step(queueWait)
 			},
@@ -213,12 +206,12 @@ func TestInflightWait(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewPedanticRegistry()
-			m, err := NewInflightMetrics(reg)
+			m, err := NewMetrics(reg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			clk := clocktesting.NewFakeClock(time.Now())
-			f := newInflight(InflightConfig{MaxBytes: 100, QueueWait: queueWait, Clock: clk, Metrics: m})
+			f := NewQueue(Config{MaxBytes: 100, QueueWait: queueWait, Clock: clk, Metrics: m})
 			a := f.enqueue(60)
 			b := f.enqueue(100)
 			c := f.enqueue(10)
@@ -258,129 +251,6 @@ func TestInflightWait(t *testing.T) {
 	}
 }
 
-// TestAdmit: a response of known weight selects its page once admitted; one
-// weighed by its page selects it first, and again after waiting; one that
-// finds no room gets the apiserver's 429.
-func TestAdmit(t *testing.T) {
-	items := []*snapshot.Entry{{Key: "a", Raw: make([]byte, 60)}, {Key: "b", Raw: make([]byte, 40)}}
-	tests := []struct {
-		name       string
-		estimate   int64
-		queueWait  time.Duration
-		held       int64 // weight admitted before, released once the response queues
-		wantCalls  int
-		wantWeight int64
-		wantErr    bool
-	}{
-		{name: "estimated", estimate: 70, queueWait: time.Second, wantCalls: 1, wantWeight: 70},
-		{name: "estimated_waits_then_room", estimate: 70, queueWait: time.Second, held: 50, wantCalls: 1, wantWeight: 70},
-		{name: "estimated_no_room", estimate: 70, held: 50, wantCalls: 0, wantErr: true},
-		{name: "weighed_by_page", estimate: -1, queueWait: time.Second, wantCalls: 1, wantWeight: 100},
-		{name: "weighed_by_page_waits_then_room", estimate: -1, queueWait: time.Second, held: 50, wantCalls: 2, wantWeight: 100},
-		{name: "weighed_by_page_no_room", estimate: -1, held: 50, wantCalls: 1, wantErr: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newInflight(InflightConfig{MaxBytes: 100, QueueWait: tc.queueWait, Clock: clocktesting.NewFakeClock(time.Now())})
-			l := &Lists{inflight: f}
-			if tc.held > 0 {
-				f.enqueue(tc.held)
-			}
-			released := make(chan struct{})
-			if tc.held > 0 && tc.queueWait > 0 {
-				go func() {
-					defer close(released)
-					// Busy until admit has queued (no sleep): then free room.
-					for f.queuedForTest() == 0 {
-						runtime.Gosched()
-					}
-					f.release(tc.held)
-				}()
-			} else {
-				close(released)
-			}
-			calls := 0
-			pageFn := func() (snapshot.Page, int64) {
-				calls++
-				return snapshot.Page{Items: items}, int64(len(items))
-			}
-			page, total, slot, status := l.admit(context.Background(), tc.estimate, pageFn)
-			<-released
-			if calls != tc.wantCalls {
-				t.Errorf("page selected %d times, want %d", calls, tc.wantCalls)
-			}
-			if tc.wantErr {
-				if status == nil || status.Status().Code != http.StatusTooManyRequests || status.Status().Reason != metav1.StatusReasonTooManyRequests ||
-					status.Status().Details == nil || status.Status().Details.RetryAfterSeconds != 1 ||
-					status.Status().Message != "Too many requests, please try again later." {
-					t.Fatalf("admit = %#v, want the apiserver's 429 TooManyRequests with retryAfterSeconds 1", status)
-				}
-				return
-			}
-			if status != nil {
-				t.Fatalf("admit = %v, want admitted", status)
-			}
-			if len(page.Items) != len(items) || total != int64(len(items)) || slot.weight != tc.wantWeight {
-				t.Errorf("admitted %d items of %d, weight %d; want 2 of 2, weight %d", len(page.Items), total, slot.weight, tc.wantWeight)
-			}
-			slot.release()
-			if lists, bytes := f.inflightCountsForTest(); lists != 0 || bytes != 0 {
-				t.Errorf("after release: %d lists, %d bytes in flight; want none", lists, bytes)
-			}
-		})
-	}
-}
-
-func TestEstimateWeight(t *testing.T) {
-	store := snapshot.NewStore(snapshot.StoreConfig{})
-	var entries []*snapshot.Entry
-	for _, k := range []struct {
-		ns, name string
-		size     int
-	}{{"a", "1", 100}, {"a", "2", 200}, {"a", "3", 300}, {"b", "1", 400}} {
-		entries = append(entries, &snapshot.Entry{Key: snapshot.ObjectKey(k.ns, k.name), Raw: make([]byte, k.size)})
-	}
-	store.Replace(entries, 10)
-	snap, _, err := store.Latest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const mean = 250
-	tests := []struct {
-		name        string
-		namespace   string
-		limit       int64
-		selectors   bool
-		action      paging.Action
-		token       paging.Token
-		limitForRV0 bool
-		// noWatchCache: a resource the apiserver reads from etcd even at
-		// resourceVersion "0" (events).
-		noWatchCache bool
-		want         int64
-	}{
-		{name: "full_list_is_exact", action: paging.ServeConsistent, want: 1000},
-		{name: "namespace", namespace: "a", action: paging.ServeConsistent, want: 3 * mean},
-		{name: "limit", limit: 2, action: paging.ServeConsistent, want: 2 * mean},
-		{name: "limit_beyond_the_list", limit: 10, action: paging.ServeConsistent, want: 1000},
-		{name: "rest_of_a_continued_list", action: paging.ServeContinue, token: paging.Token{Total: 4, Returned: 3}, want: mean},
-		{name: "limit_for_rv0", limit: 1, action: paging.ServeLatest, limitForRV0: true, want: mean},
-		{name: "limit_ignored_for_rv0", limit: 1, action: paging.ServeLatest, want: 1000},
-		{name: "limit_for_rv0_without_watch_cache", limit: 1, action: paging.ServeLatest, noWatchCache: true, want: mean},
-		{name: "selectors_decide", selectors: true, action: paging.ServeConsistent, want: -1},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			l := &Lists{cfg: Config{LimitForRV0: tc.limitForRV0}}
-			res := &stores.Resource{NoWatchCache: tc.noWatchCache}
-			req := listRequest{Request: collection.Request{Path: collection.Path{Namespace: tc.namespace}, Resource: res, Selective: tc.selectors}, query: listQuery{limit: tc.limit}}
-			if got := l.estimateWeight(req, paging.Decision{Action: tc.action}, tc.token, snap); got != tc.want {
-				t.Errorf("estimateWeight = %d, want %d", got, tc.want)
-			}
-		})
-	}
-}
-
 // deadlineRecorder is a ResponseWriter whose write deadline and write error
 // a test controls.
 type deadlineRecorder struct {
@@ -401,7 +271,7 @@ func (r *deadlineRecorder) Write(b []byte) (int, error) {
 	return r.ResponseRecorder.Write(b)
 }
 
-func TestListSlotWriteDeadline(t *testing.T) {
+func TestSlotWriteDeadline(t *testing.T) {
 	const timeout = time.Minute
 	now := time.Now()
 	tests := []struct {
@@ -420,16 +290,16 @@ func TestListSlotWriteDeadline(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := NewInflightMetrics(prometheus.NewPedanticRegistry())
+			m, err := NewMetrics(prometheus.NewPedanticRegistry())
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := newInflight(InflightConfig{MaxLists: 1, WriteTimeout: tc.timeout, Clock: clocktesting.NewFakeClock(now), Metrics: m})
+			f := NewQueue(Config{MaxLists: 1, WriteTimeout: tc.timeout, Clock: clocktesting.NewFakeClock(now), Metrics: m})
 			w := f.enqueue(42)
-			slot := &listSlot{f: f, weight: w.weight}
+			slot := &Slot{q: f, weight: w.weight}
 			rec := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder(), writeErr: tc.writeErr}
-			_, _ = slot.writer(rec).Write([]byte("items"))
-			slot.release()
+			_, _ = slot.Writer(rec).Write([]byte("items"))
+			slot.Release()
 			if diff := cmp.Diff(tc.wantDeadlines, rec.deadlines); diff != "" {
 				t.Errorf("write deadlines (-want +got):\n%s", diff)
 			}
@@ -443,28 +313,28 @@ func TestListSlotWriteDeadline(t *testing.T) {
 	}
 }
 
-// TestListSlotWriteTimeout: a client that stops reading holds a response
+// TestSlotWriteTimeout: a client that stops reading holds a response
 // only until its write deadline; then the write fails, the slot is freed,
 // and the client sees the response end (HTTP/1.1: the connection closes;
 // HTTP/2: the stream is reset).
-func TestListSlotWriteTimeout(t *testing.T) {
+func TestSlotWriteTimeout(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		http2 bool
 	}{{name: "http1"}, {name: "http2", http2: true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			m, err := NewInflightMetrics(prometheus.NewPedanticRegistry())
+			m, err := NewMetrics(prometheus.NewPedanticRegistry())
 			if err != nil {
 				t.Fatal(err)
 			}
-			f := newInflight(InflightConfig{MaxLists: 1, WriteTimeout: 200 * time.Millisecond, Metrics: m})
+			f := NewQueue(Config{MaxLists: 1, WriteTimeout: 200 * time.Millisecond, Metrics: m})
 			handlerDone := make(chan error, 1)
 			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 				var err error
 				func() {
-					slot := &listSlot{f: f, weight: f.enqueue(1).weight}
-					defer slot.release()
-					ww := slot.writer(w)
+					slot := &Slot{q: f, weight: f.enqueue(1).weight}
+					defer slot.Release()
+					ww := slot.Writer(w)
 					chunk := make([]byte, 1<<20)
 					// Far more than socket buffers and flow-control
 					// windows hold; the write must fail first.
@@ -550,13 +420,7 @@ func TestListSlotWriteTimeout(t *testing.T) {
 	}
 }
 
-func (f *inflight) queuedForTest() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.queue)
-}
-
-func (f *inflight) inflightCountsForTest() (int, int64) {
+func (f *Queue) inflightCountsForTest() (int, int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.lists, f.bytes
@@ -567,10 +431,9 @@ func (f *inflight) inflightCountsForTest() (int, int64) {
 // released (once, however often release is called), else the apiserver's
 // 429; the deadline of writing them is WriteTimeout from admission.
 func TestAdmitWatchList(t *testing.T) {
-	f := newInflight(InflightConfig{MaxBytes: 100, WriteTimeout: time.Minute, Clock: clocktesting.NewFakeClock(time.Now())})
-	l := &Lists{inflight: f, cfg: Config{Inflight: InflightConfig{WriteTimeout: time.Minute}}}
+	f := NewQueue(Config{MaxBytes: 100, WriteTimeout: time.Minute, Clock: clocktesting.NewFakeClock(time.Now())})
 
-	release, deadline, rejected := l.AdmitWatchList(context.Background(), 70)
+	release, deadline, rejected := f.AdmitWatchList(context.Background(), 70)
 	if rejected != nil {
 		t.Fatalf("first watch-list rejected: %v", rejected)
 	}
@@ -581,10 +444,10 @@ func TestAdmitWatchList(t *testing.T) {
 		t.Errorf("in flight: %d lists, %d bytes; want 1, 70", lists, bytes)
 	}
 	// A LIST (or another watch-list) that does not fit is rejected.
-	if _, _, _, status := l.admit(context.Background(), 40, nil); status == nil || status.Status().Code != http.StatusTooManyRequests {
+	if _, status := f.Admit(context.Background(), 40, nil); status == nil || status.Status().Code != http.StatusTooManyRequests {
 		t.Errorf("LIST beside the watch-list: %v, want 429", status)
 	}
-	if _, _, rejected := l.AdmitWatchList(context.Background(), 40); rejected == nil || rejected.Status().Code != http.StatusTooManyRequests ||
+	if _, _, rejected := f.AdmitWatchList(context.Background(), 40); rejected == nil || rejected.Status().Code != http.StatusTooManyRequests ||
 		rejected.Status().Details == nil || rejected.Status().Details.RetryAfterSeconds != 1 {
 		t.Errorf("second watch-list: %v, want the apiserver's 429 with retryAfterSeconds 1", rejected)
 	}
