@@ -10,7 +10,7 @@ import (
 // (stores.Handle.AwaitSynced), then gets what the apiserver's unready watch
 // cache answers: a LIST with a limit and no selector is read from etcd
 // (passed through, continue tokens handed over), every other one gets 429
-// (stores.Handle.NotReadyError).
+// (stores.Handle.NotReady).
 
 // ReasonStoreNotReady is the reason of a 429 for a read whose store did not
 // sync within the registry's ColdStoreWait.
@@ -50,8 +50,12 @@ func (l *Lists) notReady(req listRequest, h *stores.Handle, refused Reason) verd
 	// The watch cache delegates a limited list without label and field
 	// selectors to etcd, a shard selector or not
 	// (shouldDelegateListOnNotReadyCache).
-	if h == nil || h.ListFailing() || h.Dropped() || req.query.limit > 0 && req.Labels.Empty() && req.Fields.Empty() {
+	if h == nil || req.query.limit > 0 && req.Labels.Empty() && req.Fields.Empty() {
 		return pass(ReasonNotSynced)
 	}
-	return reject(ReasonStoreNotReady, h.NotReadyError())
+	status := h.NotReady()
+	if status == nil {
+		return pass(ReasonNotSynced)
+	}
+	return reject(ReasonStoreNotReady, status)
 }

@@ -23,7 +23,7 @@ import (
 //     it passes through (continue tokens become the apiserver's own);
 //   - every other LIST, and every watch, gets 429 TooManyRequests "storage
 //     is (re)initializing" with Retry-After growing with the time the store
-//     has been unready (Handle.NotReadyError).
+//     has been unready (Handle.NotReady).
 //
 // A store whose list keeps failing (Handle.ListFailing: for example
 // listproxy may not list the resource) is not waited for: its requests
@@ -78,9 +78,16 @@ func (h *Handle) ListFailing() bool {
 	return h.e.feeder != nil && h.e.feeder.ListFailing()
 }
 
-// NotReadyError is the apiserver's 429 for an unready watch cache, with
-// the Retry-After of a store unready since it started.
-func (h *Handle) NotReadyError() *apierrors.StatusError {
+// NotReady is the answer to a read whose store has not synced
+// (AwaitSynced false): the apiserver's 429 for an unready watch cache, with
+// the Retry-After of a store unready since it started; or nil when the
+// read passes through instead, because the store's list is failing or the
+// store was dropped. The LIST and watch servers both answer by it; a LIST
+// passes through in one more case of its own (see above).
+func (h *Handle) NotReady() *apierrors.StatusError {
+	if h.ListFailing() || h.Dropped() {
+		return nil
+	}
 	return apierrors.NewTooManyRequests(storeNotReadyMessage, retryAfterUnready(h.reg.clock.Since(h.e.started)))
 }
 

@@ -100,10 +100,11 @@ func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
 	defer handle.Release()
 	if !handle.AwaitSynced(r.Context()) {
 		// As the apiserver's unready watch cache: 429, unless the
-		// store's list is failing.
-		if !handle.ListFailing() && !handle.Dropped() && r.Context().Err() == nil {
+		// store's list is failing or it was dropped
+		// (stores.Handle.NotReady), or the client left.
+		if status := handle.NotReady(); status != nil && r.Context().Err() == nil {
 			w.Header().Set(httpapi.HeaderServedFrom, httpapi.SourceSnapshot)
-			httpapi.WriteStatus(w, handle.NotReadyError())
+			httpapi.WriteStatus(w, status)
 			return true
 		}
 		h.srv.PassedThrough(resource, ReasonNotSynced)
