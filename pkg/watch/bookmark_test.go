@@ -306,7 +306,7 @@ func serveSelected(t *testing.T, store *snapshot.Store, cfg Config) *httptest.Se
 			target.Wake = wakeKey(fieldSel)
 		}
 		if ok, reason := srv.Serve(w, r, d, target); !ok {
-			http.Error(w, reason, http.StatusTeapot)
+			http.Error(w, string(reason), http.StatusTeapot)
 		}
 	}))
 	t.Cleanup(ts.Close)

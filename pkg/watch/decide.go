@@ -47,8 +47,9 @@ type Decision struct {
 	// IncludeObject: the query has includeObject, which only a Table
 	// watch may carry.
 	IncludeObject bool
-	// Reason names the outcome for metrics.
-	Reason string
+	// Reason is how a served watch starts, or why it passes through
+	// (PassThrough).
+	Reason Reason
 }
 
 // Decide parses a watch request's query, applying the apiserver's defaults
@@ -62,10 +63,10 @@ type Decision struct {
 // does a resourceVersion beyond etcd's int64 revisions (the apiserver, which
 // parses it as a uint64, waits for it).
 func Decide(rawQuery string) Decision {
-	pass := func(reason string) Decision { return Decision{Action: PassThrough, Reason: reason} }
+	pass := func(reason Reason) Decision { return Decision{Action: PassThrough, Reason: reason} }
 	values, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		return pass("query")
+		return pass(ReasonQuery)
 	}
 	var (
 		d           Decision
@@ -76,14 +77,14 @@ func Decide(rawQuery string) Decision {
 	)
 	for name, vs := range values {
 		if len(vs) != 1 {
-			return pass("query")
+			return pass(ReasonQuery)
 		}
 		v := vs[0]
 		switch name {
 		case "watch":
 			b, ok := parseBool(v)
 			if !ok || !b {
-				return pass("query")
+				return pass(ReasonQuery)
 			}
 			watch = true
 		case "resourceVersion":
@@ -93,25 +94,25 @@ func Decide(rawQuery string) Decision {
 		case "sendInitialEvents":
 			b, ok := parseBool(v)
 			if !ok {
-				return pass("query")
+				return pass(ReasonQuery)
 			}
 			sendInitial = &b
 		case "allowWatchBookmarks":
 			b, ok := parseBool(v)
 			if !ok {
-				return pass("query")
+				return pass(ReasonQuery)
 			}
 			d.Bookmarks = b
 		case "timeoutSeconds":
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 || n > 1<<31 {
-				return pass("query")
+				return pass(ReasonQuery)
 			}
 			d.Timeout = time.Duration(n) * time.Second
 		case "timeout":
 			// The apiserver ignores ?timeout= on watches; client-go sends it.
 			if _, err := time.ParseDuration(v); err != nil {
-				return pass("query")
+				return pass(ReasonQuery)
 			}
 		case "includeObject":
 			// Read by collection.Parse for a Table; any other watch with
@@ -124,11 +125,11 @@ func Decide(rawQuery string) Decision {
 		case "shardSelector":
 			d.ShardSelector = v
 		default:
-			return pass("query")
+			return pass(ReasonQuery)
 		}
 	}
 	if !watch {
-		return pass("query")
+		return pass(ReasonQuery)
 	}
 	// SetListOptionsDefaults with the WatchList feature on.
 	if sendInitial == nil && !haveMatch && (rv == "" || rv == "0") {
@@ -138,28 +139,28 @@ func Decide(rawQuery string) Decision {
 	}
 	// validateWatchOptions: anything it rejects is the apiserver's 422.
 	if sendInitial != nil && rvMatch != "NotOlderThan" {
-		return pass("invalid")
+		return pass(ReasonInvalid)
 	}
 	if haveMatch && (sendInitial == nil || rvMatch != "NotOlderThan") {
-		return pass("invalid")
+		return pass(ReasonInvalid)
 	}
 	var n uint64
 	if rv != "" && rv != "0" {
 		if n, err = strconv.ParseUint(rv, 10, 64); err != nil || n == 0 || n > math.MaxInt64 {
-			return pass("resource_version")
+			return pass(ReasonResourceVersion)
 		}
 	}
 	switch {
 	case sendInitial == nil:
-		d.Action, d.RV, d.Reason = From, n, "from"
+		d.Action, d.RV, d.Reason = From, n, ReasonFrom
 	case !*sendInitial:
-		return pass("no_initial_events")
+		return pass(ReasonNoInitialEvents)
 	case rv == "":
-		d.Action, d.Reason = InitialConsistent, "initial_consistent"
+		d.Action, d.Reason = InitialConsistent, ReasonInitialConsistent
 	case rv == "0":
-		d.Action, d.Reason = InitialLatest, "initial_latest"
+		d.Action, d.Reason = InitialLatest, ReasonInitialLatest
 	default:
-		d.Action, d.RV, d.Reason = InitialNotOlderThan, n, "initial_not_older_than"
+		d.Action, d.RV, d.Reason = InitialNotOlderThan, n, ReasonInitialNotOlderThan
 	}
 	return d
 }

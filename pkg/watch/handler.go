@@ -19,10 +19,6 @@ import (
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
-// ReasonNotSynced is the pass-through reason of a watch whose store has
-// not synced (its list is failing, or the client left while it waited).
-const ReasonNotSynced = "not_synced"
-
 // Handler offers cacheable watches to a Server, resolving each to a store
 // of a registry. Its methods make it the edge's watch server.
 type Handler struct {
@@ -41,19 +37,19 @@ func NewHandler(srv *Server, reg *stores.Registry, admit Admitter) *Handler {
 
 // parse decides, without side effects, whether r is a watch a store could
 // serve; when not, reason says why (and req.Resource is set when known).
-func (h *Handler) parse(r *http.Request) (d Decision, req collection.Request, reason string, ok bool) {
+func (h *Handler) parse(r *http.Request) (d Decision, req collection.Request, reason Reason, ok bool) {
 	d = Decide(r.URL.RawQuery)
 	if d.Action == PassThrough {
 		return d, req, d.Reason, false
 	}
 	if d.ShardSelector != "" && !h.srv.cfg.ServeShardSelectors {
-		return d, req, collection.ReasonShardSelector, false
+		return d, req, ReasonShardSelector, false
 	}
-	req, reason, ok = collection.Parse(r, h.stores, collection.Watch, d.LabelSelector, d.FieldSelector, d.ShardSelector)
+	req, why, ok := collection.Parse(r, h.stores, collection.Watch, d.LabelSelector, d.FieldSelector, d.ShardSelector)
 	if ok && d.IncludeObject && req.Format != wire.Table {
-		return d, req, "query", false
+		return d, req, ReasonQuery, false
 	}
-	return d, req, reason, ok
+	return d, req, Reason(why), ok
 }
 
 // Cacheable reports, without side effects, whether r is a watch listproxy
@@ -66,12 +62,13 @@ func (h *Handler) Cacheable(r *http.Request) bool {
 // PassedThrough counts the watch r that the edge passes through without
 // offering it, for reason; "" names the reason Cacheable had.
 func (h *Handler) PassedThrough(r *http.Request, reason string) {
-	resource := ""
+	resource, why := "", Reason(reason)
 	if reason == "" {
-		_, req, why, _ := h.parse(r)
-		resource, reason = req.ResourceName(), why
+		var req collection.Request
+		_, req, why, _ = h.parse(r)
+		resource = req.ResourceName()
 	}
-	h.srv.PassedThrough(resource, reason)
+	h.srv.PassedThrough(resource, why)
 }
 
 // ServeWatch serves r from a snapshot store, or returns false having
@@ -92,9 +89,9 @@ func (h *Handler) ServeWatch(w http.ResponseWriter, r *http.Request) bool {
 		httpapi.WriteStatus(w, paging.InvalidShardSelectorError(req.ShardErr))
 		return true
 	}
-	handle, reason, ok := h.stores.Acquire(r.Context(), req.Resource, req.Format, false)
+	handle, refused, ok := h.stores.Acquire(r.Context(), req.Resource, req.Format, false)
 	if !ok {
-		h.srv.PassedThrough(resource, reason)
+		h.srv.PassedThrough(resource, Reason(refused))
 		return false
 	}
 	defer handle.Release()

@@ -160,9 +160,9 @@ func servedTarget(t *testing.T, h *Handler, r *http.Request) (Decision, Target) 
 	if !ok {
 		t.Fatalf("%s: not cacheable: %s", r.URL, reason)
 	}
-	handle, reason, ok := h.stores.Acquire(r.Context(), req.Resource, req.Format, false)
+	handle, refused, ok := h.stores.Acquire(r.Context(), req.Resource, req.Format, false)
 	if !ok {
-		t.Fatalf("%s: no store: %s", r.URL, reason)
+		t.Fatalf("%s: no store: %s", r.URL, refused)
 	}
 	t.Cleanup(handle.Release)
 	return d, h.target(req, handle)

@@ -74,12 +74,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-func (m *Metrics) started(labels []string, start string) {
+func (m *Metrics) started(labels []string, start Reason) {
 	if m == nil {
 		return
 	}
 	m.open.WithLabelValues(labels...).Inc()
-	m.served.WithLabelValues(labels[0], labels[1], start).Inc()
+	m.served.WithLabelValues(labels[0], labels[1], string(start)).Inc()
 }
 
 func (m *Metrics) stopped(labels []string) {
@@ -139,9 +139,9 @@ func (m *Metrics) fanout(labels []string, d time.Duration) {
 	m.fanoutSeconds.WithLabelValues(labels...).Observe(d.Seconds())
 }
 
-func (m *Metrics) passedThrough(resource, reason string) {
+func (m *Metrics) passedThrough(resource string, reason Reason) {
 	if m == nil {
 		return
 	}
-	m.passThrough.WithLabelValues(resource, reason).Inc()
+	m.passThrough.WithLabelValues(resource, string(reason)).Inc()
 }

@@ -172,15 +172,6 @@ type TableTarget struct {
 	Bookmark *wire.TableBookmark
 }
 
-// ReasonTableWatch is why a watch of Table rows with bookmarks passes
-// through: the row of the resource's bookmark is not known yet.
-const ReasonTableWatch = "table_watch"
-
-// ReasonTableColumns is why a Table watch-list passes through when its
-// snapshot holds a row rendered under other columns than the resource's
-// latest.
-const ReasonTableColumns = "table_columns"
-
 // Server serves watches from snapshot stores.
 type Server struct {
 	cfg Config
@@ -221,7 +212,7 @@ func NewServer(cfg Config) *Server {
 
 // PassedThrough counts a watch of resource ("" when unknown) that passed
 // through for reason.
-func (s *Server) PassedThrough(resource, reason string) {
+func (s *Server) PassedThrough(resource string, reason Reason) {
 	s.cfg.Metrics.passedThrough(resource, reason)
 }
 
@@ -244,10 +235,10 @@ func (s *Server) subscribeUnchanged(ctx context.Context, t Target, rv uint64) (*
 // head it streams until the deadline, the client leaves, r's context ends,
 // the watcher falls too far behind, or the store breaks continuity; the
 // response then simply ends, as the apiserver's does.
-func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Target) (bool, string) {
+func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Target) (bool, Reason) {
 	ctx := r.Context()
 	if d.Defaulted && !t.WatchListDefaults {
-		return false, "legacy_initial_events"
+		return false, ReasonLegacyInitialEvents
 	}
 	if t.Table != nil {
 		if d.Bookmarks && t.Table.Bookmark == nil {
@@ -255,7 +246,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 		}
 	} else if _, err := bookmarkItem(t.Format, t.Type, 1, true); err != nil {
 		// A type whose bookmark cannot be built passes through up front.
-		return false, "unsupported_type"
+		return false, ReasonUnsupportedType
 	}
 	var (
 		snap *snapshot.Snapshot
@@ -266,14 +257,14 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	case InitialConsistent:
 		var ok bool
 		if t.Consistent == nil {
-			return false, "no_consistent_read"
+			return false, ReasonNoConsistentRead
 		}
 		if snap, rv, ok = t.Consistent(ctx); !ok {
-			return false, "consistent_unproven"
+			return false, ReasonConsistentUnproven
 		}
 	case InitialLatest:
 		if snap, rv, err = t.Store.Latest(); err != nil {
-			return false, "not_synced"
+			return false, ReasonNotSynced
 		}
 	case InitialNotOlderThan:
 		if t.NotOlderThan != nil {
@@ -284,7 +275,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 				return true, d.Reason
 			}
 			if snap == nil {
-				return false, "not_older_than_timeout"
+				return false, ReasonNotOlderThanTimeout
 			}
 			break
 		}
@@ -292,7 +283,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 		snap, rv, err = t.Store.WaitFor(wctx, d.RV)
 		cancel()
 		if err != nil {
-			return false, "not_older_than_timeout"
+			return false, ReasonNotOlderThanTimeout
 		}
 	case From:
 		// A later RV than the store's progress (a consistent read's,
@@ -300,14 +291,14 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 		// change after it will reach the store, else it is the
 		// apiserver's.
 		if !t.Store.Synced() {
-			return false, "resource_version_ahead"
+			return false, ReasonResourceVersionAhead
 		}
 		if d.RV > t.Store.Progress() && (t.Holds == nil || !t.Holds(ctx, d.RV)) {
-			return false, "resource_version_ahead"
+			return false, ReasonResourceVersionAhead
 		}
 		rv = d.RV
 	default:
-		return false, "pass_through"
+		return false, ReasonPassThrough
 	}
 	// Initial events are admitted as a LIST is, before anything is written.
 	var (
@@ -321,7 +312,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 		if rejected != nil {
 			httpapi.SetAPIServerHeaders(w.Header(), r, t.Warnings)
 			httpapi.WriteStatus(w, rejected)
-			return true, "initial_events_rejected"
+			return true, ReasonInitialEventsRejected
 		}
 		defer func() {
 			if slot != nil {
@@ -339,7 +330,7 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	if err != nil {
 		// Older than the store's history of changes, or the store relisted
 		// since the snapshot was taken.
-		return false, "not_retained"
+		return false, ReasonNotRetained
 	}
 
 	wr := newWriter(w, t.Format, t.Type, s.cfg.WriteTimeout, s.cfg.Clock)

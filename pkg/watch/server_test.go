@@ -71,7 +71,7 @@ func serveWith(t *testing.T, store *snapshot.Store, cfg Config, adjust ...func(*
 			f(&target)
 		}
 		if ok, reason := srv.Serve(w, r, d, target); !ok {
-			http.Error(w, reason, http.StatusTeapot)
+			http.Error(w, string(reason), http.StatusTeapot)
 		}
 	}))
 	t.Cleanup(ts.Close)
