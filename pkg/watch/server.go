@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -237,91 +238,31 @@ func (s *Server) subscribeUnchanged(ctx context.Context, t Target, rv uint64) (*
 // response then simply ends, as the apiserver's does.
 func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Target) (bool, Reason) {
 	ctx := r.Context()
-	if d.Defaulted && !t.WatchListDefaults {
-		return false, ReasonLegacyInitialEvents
+	snap, rv, tooLarge, reason := s.chooseStart(ctx, d, t)
+	if tooLarge != nil {
+		s.serveError(w, r, d, t, tooLarge)
+		return true, d.Reason
 	}
-	if t.Table != nil {
-		if d.Bookmarks && t.Table.Bookmark == nil {
-			return false, ReasonTableWatch
-		}
-	} else if _, err := bookmarkItem(t.Format, t.Type, 1, true); err != nil {
-		// A type whose bookmark cannot be built passes through up front.
-		return false, ReasonUnsupportedType
-	}
-	var (
-		snap *snapshot.Snapshot
-		rv   uint64
-		err  error
-	)
-	switch d.Action {
-	case InitialConsistent:
-		var ok bool
-		if t.Consistent == nil {
-			return false, ReasonNoConsistentRead
-		}
-		if snap, rv, ok = t.Consistent(ctx); !ok {
-			return false, ReasonConsistentUnproven
-		}
-	case InitialLatest:
-		if snap, rv, err = t.Store.Latest(); err != nil {
-			return false, ReasonNotSynced
-		}
-	case InitialNotOlderThan:
-		if t.NotOlderThan != nil {
-			var tooLarge *metav1.Status
-			snap, rv, tooLarge = t.NotOlderThan(ctx, d.RV, s.cfg.NotOlderThanWait)
-			if tooLarge != nil {
-				s.serveError(w, r, d, t, tooLarge)
-				return true, d.Reason
-			}
-			if snap == nil {
-				return false, ReasonNotOlderThanTimeout
-			}
-			break
-		}
-		wctx, cancel := context.WithTimeout(ctx, s.cfg.NotOlderThanWait)
-		snap, rv, err = t.Store.WaitFor(wctx, d.RV)
-		cancel()
-		if err != nil {
-			return false, ReasonNotOlderThanTimeout
-		}
-	case From:
-		// A later RV than the store's progress (a consistent read's,
-		// another replica's) is served once Holds proves that every
-		// change after it will reach the store, else it is the
-		// apiserver's.
-		if !t.Store.Synced() {
-			return false, ReasonResourceVersionAhead
-		}
-		if d.RV > t.Store.Progress() && (t.Holds == nil || !t.Holds(ctx, d.RV)) {
-			return false, ReasonResourceVersionAhead
-		}
-		rv = d.RV
-	default:
-		return false, ReasonPassThrough
+	if reason != "" {
+		return false, reason
 	}
 	// Initial events are admitted as a LIST is, before anything is written.
-	var (
-		items   []*snapshot.Entry
-		slot    func()
-		initEnd time.Time
-	)
+	var initial *initialEvents
 	if snap != nil {
-		var rejected *apierrors.StatusError
-		items, slot, initEnd, rejected = s.admitInitial(ctx, snap, t)
+		items, release, end, rejected := s.admitInitial(ctx, snap, t)
 		if rejected != nil {
 			httpapi.SetAPIServerHeaders(w.Header(), r, t.Warnings)
 			httpapi.WriteStatus(w, rejected)
 			return true, ReasonInitialEventsRejected
 		}
-		defer func() {
-			if slot != nil {
-				slot()
-			}
-		}()
+		// Released once the initial events are written (stream), or here
+		// when the watch goes no further.
+		release = sync.OnceFunc(release)
+		defer release()
 		if t.Table != nil && !sameColumns(items, t.Table.Columns) {
 			return false, ReasonTableColumns
 		}
+		initial = &initialEvents{items: items, end: end, release: release}
 	}
 	cursor, err := t.Store.Subscribe(rv)
 	if errors.Is(err, snapshot.ErrNotRetained) && snap == nil {
@@ -332,7 +273,94 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 		// since the snapshot was taken.
 		return false, ReasonNotRetained
 	}
+	s.stream(w, r, d, t, cursor, rv, initial)
+	return true, d.Reason
+}
 
+// chooseStart finds where watch d of t starts, writing nothing: the
+// snapshot of a watch-list's initial events (nil for a watch from a
+// resourceVersion, Action From) and the resourceVersion its stream of
+// changes follows. It waits for, or proves, the freshness the start needs.
+// Instead it returns the reason to pass the watch through, or tooLarge:
+// the apiserver's 504 "Too large resource version" Status for a
+// watch-list from a resourceVersion etcd had not reached, to answer with
+// one ERROR event.
+func (s *Server) chooseStart(ctx context.Context, d Decision, t Target) (snap *snapshot.Snapshot, rv uint64, tooLarge *metav1.Status, reason Reason) {
+	if d.Defaulted && !t.WatchListDefaults {
+		return nil, 0, nil, ReasonLegacyInitialEvents
+	}
+	if t.Table != nil {
+		if d.Bookmarks && t.Table.Bookmark == nil {
+			return nil, 0, nil, ReasonTableWatch
+		}
+	} else if _, err := bookmarkItem(t.Format, t.Type, 1, true); err != nil {
+		// A type whose bookmark cannot be built passes through up front.
+		return nil, 0, nil, ReasonUnsupportedType
+	}
+	var err error
+	switch d.Action {
+	case InitialConsistent:
+		var ok bool
+		if t.Consistent == nil {
+			return nil, 0, nil, ReasonNoConsistentRead
+		}
+		if snap, rv, ok = t.Consistent(ctx); !ok {
+			return nil, 0, nil, ReasonConsistentUnproven
+		}
+	case InitialLatest:
+		if snap, rv, err = t.Store.Latest(); err != nil {
+			return nil, 0, nil, ReasonNotSynced
+		}
+	case InitialNotOlderThan:
+		if t.NotOlderThan != nil {
+			snap, rv, tooLarge = t.NotOlderThan(ctx, d.RV, s.cfg.NotOlderThanWait)
+			if tooLarge != nil {
+				return nil, 0, tooLarge, ""
+			}
+			if snap == nil {
+				return nil, 0, nil, ReasonNotOlderThanTimeout
+			}
+			break
+		}
+		wctx, cancel := context.WithTimeout(ctx, s.cfg.NotOlderThanWait)
+		snap, rv, err = t.Store.WaitFor(wctx, d.RV)
+		cancel()
+		if err != nil {
+			return nil, 0, nil, ReasonNotOlderThanTimeout
+		}
+	case From:
+		// A later RV than the store's progress (a consistent read's,
+		// another replica's) is served once Holds proves that every
+		// change after it will reach the store, else it is the
+		// apiserver's.
+		if !t.Store.Synced() {
+			return nil, 0, nil, ReasonResourceVersionAhead
+		}
+		if d.RV > t.Store.Progress() && (t.Holds == nil || !t.Holds(ctx, d.RV)) {
+			return nil, 0, nil, ReasonResourceVersionAhead
+		}
+		rv = d.RV
+	default:
+		return nil, 0, nil, ReasonPassThrough
+	}
+	return snap, rv, nil, ""
+}
+
+// initialEvents are a watch-list's initial events, admitted: the items,
+// the time they must be written by (zero: no bound), and the release of
+// their admission.
+type initialEvents struct {
+	items   []*snapshot.Entry
+	end     time.Time
+	release func()
+}
+
+// stream writes a served watch's response: the head, the initial events
+// (when not nil, then their admission is released), and the changes cursor
+// reads after rv, until the watch ends (see Serve). It counts the watch
+// in the metrics from start to end.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, d Decision, t Target, cursor *snapshot.Cursor, rv uint64, initial *initialEvents) {
+	ctx := r.Context()
 	wr := newWriter(w, t.Format, t.Type, s.cfg.WriteTimeout, s.cfg.Clock)
 	labels := []string{t.Resource, t.Format.String()}
 	m := s.cfg.Metrics
@@ -352,21 +380,19 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, d Decision, t Tar
 	})
 
 	reason := ""
-	if snap != nil {
-		wr.limit = initEnd
-		if err := w2.sendInitial(ctx, items, rv); err != nil {
+	if initial != nil {
+		wr.limit = initial.end
+		if err := w2.sendInitial(ctx, initial.items, rv); err != nil {
 			reason = w2.endReason(ctx, err)
 		}
 		wr.limit = time.Time{}
-		slot()
-		slot = nil
+		initial.release()
 	}
 	if reason == "" {
 		reason = w2.stream(ctx)
 	}
 	wr.close(reason == EndTooSlow || wr.err != nil)
 	m.ended(labels, reason)
-	return true, d.Reason
 }
 
 // sameColumns reports whether every item's Table row was rendered under
