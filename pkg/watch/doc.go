@@ -10,6 +10,9 @@
 // Handler, the edge's watch server (the edge authorizes the caller),
 // parses the rest with pkg/collection, takes the store from the registry
 // (pkg/stores), holds it until the watch ends, and hands the Server a
-// Target: the store, the scope and selectors, and the freshness proofs.
-// Server serves a Target and knows nothing of the registry.
+// Target: the store, the scope and selectors, the freshness proofs, and
+// the Admitter of watch-lists' initial events (the command's
+// admission.Queue, which LIST responses share). Server serves a Target and
+// knows nothing of the registry. Why a watch passes through, or how a
+// served one starts, is a Reason (a metric label).
 package watch
