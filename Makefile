@@ -11,7 +11,7 @@ KUBE_VERSION ?= $(shell awk '$$1 == "default" {print $$2}' hack/kube-versions)
 KUBE_COMPAT_VERSION ?= $(shell awk '$$1 == "compat" {print $$2}' hack/kube-versions)
 export KUBE_VERSION
 
-.PHONY: test-stages-reset all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-table-oracle test-e2e test-compat verify bench fuzz soak soak-ha conformance clean
+.PHONY: test-stages-reset all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-unit-only test-table-oracle $(TABLE_ORACLES) e2e-test-binary test-e2e $(E2E_PARTS) test-compat $(COMPAT_PARTS) verify bench fuzz soak soak-ha conformance clean
 
 all: build
 
@@ -38,60 +38,100 @@ prometheus:
 run: control-plane build
 	$(GO) run ./hack/localup
 
-## test: unit tests with -race, e2e against the KUBE_VERSION control plane, then the compatibility stage against KUBE_COMPAT_VERSION; prints each stage's time at the end
-test: test-stages-reset deps test-unit test-e2e test-compat
+## test: deps, then side by side (TEST_JOBS at a time, longest first) the unit tests with -race, the e2e parts against KUBE_VERSION, the compatibility parts against KUBE_COMPAT_VERSION and the table oracles; prints each stage's start and time, and the wall time, at the end
+test: test-stages-reset deps e2e-test-binary
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PARTS)
 	@hack/stage-time.sh print
 
-# STAGE NAME COMMAND runs COMMAND and records its wall time for make test's
-# table (hack/stage-time.sh).
+# The stages after deps, longest first (as measured alone), so that the
+# last to start are short ones.
+TEST_PARTS := e2e-controlplane e2e-rest e2e-reads compat-clients e2e-replicas e2e-noetcd compat-reads \
+	e2e-watch test-unit-only e2e-table e2e-others compat-table compat-watch $(TABLE_ORACLES)
+
+# TEST_JOBS is how many test stages run at once. An e2e part spends much
+# of its time waiting for its control plane (0.4-1.6 cores measured on 2
+# cores), so three keep two cores busy.
+TEST_JOBS ?= 3
+
+# STAGE NAME COMMAND runs COMMAND and records its start and wall time for
+# make test's table (hack/stage-time.sh).
 STAGE := $(abspath hack/stage-time.sh) run
 
 test-stages-reset:
 	@hack/stage-time.sh reset
 
-test-unit: test-table-oracle
+## test-unit: the unit tests with -race and the table oracles
+test-unit: test-unit-only test-table-oracle
+
+test-unit-only:
 	$(STAGE) unit $(GO) test -race -count=1 ./pkg/... ./cmd/... ./test/imports/
 
 # pkg/table against the apiserver's own printers of each pinned release,
 # linked only into these test modules.
-test-table-oracle:
-	cd hack/tableoracle/kube-1.37 && $(STAGE) table-oracle:1.37 $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.36 && $(STAGE) table-oracle:1.36 $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.35 && $(STAGE) table-oracle:1.35 $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.34 && $(STAGE) table-oracle:1.34 $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.33 && $(STAGE) table-oracle:1.33 $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.32 && $(STAGE) table-oracle:1.32 $(GO) test -count=1 ./...
-	cd hack/tableoracle/kube-1.31 && $(STAGE) table-oracle:1.31 $(GO) test -count=1 ./...
+TABLE_ORACLES := table-oracle-1.37 table-oracle-1.36 table-oracle-1.35 table-oracle-1.34 table-oracle-1.33 table-oracle-1.32 table-oracle-1.31
+test-table-oracle: $(TABLE_ORACLES)
+$(TABLE_ORACLES): table-oracle-%:
+	cd hack/tableoracle/kube-$* && $(STAGE) table-oracle:$* $(GO) test -count=1 ./...
 
-# The e2e package runs in four parts, each under its own timeout (and
-# meant to stay under half of it): the watch and Table tests; the replica,
-# store-lifecycle, load and no-etcd tests; kube-controller-manager and
-# kube-scheduler through listproxy; then everything else (with the chart,
-# framework and import tests).
-E2E_PART1 := TestWatch|TestTable
-E2E_PART2 := TestLinearizableReadsWithoutEtcd|TestConsistentWithoutEtcd|TestWarm|TestReplicas|TestDrain|TestManyWatchers|TestStalled|TestKubectlWait|TestAPIServerRestartMidWatch|TestOddResourceVersions|TestStore|TestLoad
-E2E_PART3 := TestControlPlaneThroughListproxy
+# The e2e tests run from one test binary built with -race, in parts that
+# run side by side, each under its own timeout (and meant to stay under
+# half of it). Each part is a set of test-name prefixes; e2e-rest runs
+# every test no other part names, e2e-others the tests of the other
+# packages under test/ (chart, framework, imports). Longest first, so
+# that the last part to start is a short one.
+E2E_TEST := $(abspath $(OUT))/e2e.test
+E2E_ENV := LISTPROXY_BIN_DIR=$(abspath $(BIN))
+E2E_CONTROLPLANE := TestControlPlaneThroughListproxy
+E2E_NOETCD := TestLinearizableReadsWithoutEtcd|TestConsistentWithoutEtcd
+E2E_REPLICAS := TestReplicas|TestWarm|TestDrain|TestLoad
+E2E_WATCH := TestWatch|TestManyWatchers|TestStalled|TestKubectlWait|TestAPIServerRestartMidWatch
+E2E_TABLE := TestTable|TestOddResourceVersions|TestStore
+E2E_READS := TestLinearizableReads$$|TestDifferential|TestPaging|TestCompacted|TestBadContinueTokens|TestBadInput|TestConsistency|TestEtcdDown|TestColdStoreStorm|TestShardSelector
+E2E_NAMED := $(E2E_CONTROLPLANE)|$(E2E_NOETCD)|$(E2E_REPLICAS)|$(E2E_WATCH)|$(E2E_TABLE)|$(E2E_READS)
+E2E_PARTS := e2e-controlplane e2e-rest e2e-reads e2e-replicas e2e-noetcd e2e-watch e2e-table e2e-others
 
-test-e2e:
-	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part1 $(GO) test -race -count=1 -timeout 20m -run '^($(E2E_PART1))' ./test/e2e/
-	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part2 $(GO) test -race -count=1 -timeout 20m -run '^($(E2E_PART2))' ./test/e2e/
-	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part3 $(GO) test -race -count=1 -timeout 20m -run '^($(E2E_PART3))' ./test/e2e/
-	LISTPROXY_BIN_DIR=$(abspath $(BIN)) $(STAGE) e2e:part4 $(GO) test -race -count=1 -timeout 20m -skip '^($(E2E_PART1)|$(E2E_PART2)|$(E2E_PART3))' ./test/...
+e2e-test-binary:
+	$(STAGE) e2e:build $(GO) test -race -c -o $(E2E_TEST) ./test/e2e/
+
+# E2E_RUN NAME TIMEOUT RUN-REGEXP runs the test binary's tests matching
+# RUN-REGEXP (against KUBE_VERSION, or what the caller's environment sets).
+E2E_RUN = cd test/e2e && $(E2E_ENV) $(STAGE) $(1) $(E2E_TEST) -test.count=1 -test.timeout $(2) -test.run '^($(3))'
+
+e2e-controlplane: ; $(call E2E_RUN,e2e:controlplane,20m,$(E2E_CONTROLPLANE))
+e2e-noetcd: ; $(call E2E_RUN,e2e:noetcd,20m,$(E2E_NOETCD))
+e2e-replicas: ; $(call E2E_RUN,e2e:replicas,20m,$(E2E_REPLICAS))
+e2e-watch: ; $(call E2E_RUN,e2e:watch,20m,$(E2E_WATCH))
+e2e-table: ; $(call E2E_RUN,e2e:table,20m,$(E2E_TABLE))
+e2e-reads: ; $(call E2E_RUN,e2e:reads,20m,$(E2E_READS))
+e2e-rest:
+	cd test/e2e && $(E2E_ENV) $(STAGE) e2e:rest $(E2E_TEST) -test.count=1 -test.timeout 20m -test.skip '^($(E2E_NAMED))'
+e2e-others:
+	$(E2E_ENV) $(STAGE) e2e:others $(GO) test -race -count=1 -timeout 20m ./test/chart/ ./test/framework/... ./test/imports/
+
+## test-e2e: the e2e parts against KUBE_VERSION, TEST_JOBS at a time
+test-e2e: e2e-test-binary
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(E2E_PARTS)
 
 # The e2e tests whose answers depend most on the apiserver's version: the
 # differential and linearizability checks, paging and continue tokens, bad
 # input, informers, watch serving, and Tables (whose printers change with
-# the release). They run in two parts, each under its own timeout (and
-# meant to stay under half of it): watches and Tables, then the rest.
-COMPAT_PART1 := TestWatchThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestWatchFollowsFeatureGates|TestWatchBookmarksDifferential|TestTableDifferential|TestTableKubectl|TestTableWatchDifferential|TestTableRowsFromAPIServer|TestWatchListInformersWithoutEtcd
-COMPAT_PART2 := TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestTokenSharedAcrossReplicas|TestBadInputCatalogue|TestInformerThroughListproxy|TestKubectlThroughListproxy|TestDiscoveryFollowsCRDs|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode|TestOddResourceVersions|TestLinearizableReadsWithoutEtcd|TestConsistentWithoutEtcdDelayedFeed|TestConsistentWithoutEtcdTwoAPIServers|TestConsistentWithoutEtcdCRD|TestShardSelectorDifferential|TestShardSelectorInformers
+# the release), run against KUBE_COMPAT_VERSION in parts like the e2e
+# ones, each under a 15-minute timeout.
+COMPAT_WATCH := TestWatchThroughListproxy|TestWatchDifferential|TestWatchListInformers|TestWatchFollowsFeatureGates|TestWatchBookmarksDifferential|TestWatchListInformersWithoutEtcd
+COMPAT_TABLE := TestTableDifferential|TestTableKubectl|TestTableWatchDifferential|TestTableRowsFromAPIServer
+COMPAT_READS := TestDifferentialAgainstAPIServer|TestLinearizableReads|TestPagingConformance|TestCompactedContinueToken|TestBadContinueTokens|TestBadInputCatalogue|TestOddResourceVersions|TestShardSelectorDifferential|TestShardSelectorInformers
+COMPAT_CLIENTS := TestTokenSharedAcrossReplicas|TestInformerThroughListproxy|TestKubectlThroughListproxy|TestDiscoveryFollowsCRDs|TestWarmStartFromPeer|TestWarmStartFromPeerServiceMode|TestLinearizableReadsWithoutEtcd|TestConsistentWithoutEtcdDelayedFeed|TestConsistentWithoutEtcdTwoAPIServers|TestConsistentWithoutEtcdCRD
+COMPAT_PARTS := compat-clients compat-reads compat-table compat-watch
+COMPAT_RUN = cd test/e2e && KUBE_VERSION=$(KUBE_COMPAT_VERSION) $(E2E_ENV) $(STAGE) $(1) $(E2E_TEST) -test.count=1 -test.timeout 15m -test.run '^($(2))$$'
 
-## test-compat: the version-sensitive e2e tests against KUBE_COMPAT_VERSION
-test-compat:
-	KUBE_VERSION=$(KUBE_COMPAT_VERSION) LISTPROXY_BIN_DIR=$(abspath $(BIN)) \
-		$(STAGE) compat:part1 $(GO) test -race -count=1 -timeout 15m -run '^($(COMPAT_PART1))$$' ./test/e2e/
-	KUBE_VERSION=$(KUBE_COMPAT_VERSION) LISTPROXY_BIN_DIR=$(abspath $(BIN)) \
-		$(STAGE) compat:part2 $(GO) test -race -count=1 -timeout 15m -run '^($(COMPAT_PART2))$$' ./test/e2e/
+compat-watch: ; $(call COMPAT_RUN,compat:watch,$(COMPAT_WATCH))
+compat-table: ; $(call COMPAT_RUN,compat:table,$(COMPAT_TABLE))
+compat-reads: ; $(call COMPAT_RUN,compat:reads,$(COMPAT_READS))
+compat-clients: ; $(call COMPAT_RUN,compat:clients,$(COMPAT_CLIENTS))
+
+## test-compat: the version-sensitive e2e tests against KUBE_COMPAT_VERSION, TEST_JOBS at a time
+test-compat: e2e-test-binary
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(COMPAT_PARTS)
 
 verify:
 	hack/verify-gofmt.sh
