@@ -11,7 +11,6 @@ KUBE_VERSION ?= $(shell awk '$$1 == "default" {print $$2}' hack/kube-versions)
 KUBE_COMPAT_VERSION ?= $(shell awk '$$1 == "compat" {print $$2}' hack/kube-versions)
 export KUBE_VERSION
 
-.PHONY: test-stages-reset all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-unit-only test-table-oracle $(TABLE_ORACLES) e2e-test-binary test-e2e $(E2E_PARTS) test-compat $(COMPAT_PARTS) verify bench fuzz soak soak-ha conformance clean
 
 all: build
 
@@ -45,7 +44,7 @@ test: test-stages-reset deps e2e-test-binary
 
 # The stages after deps, longest first (as measured alone), so that the
 # last to start are short ones.
-TEST_PARTS := e2e-controlplane e2e-rest e2e-reads compat-clients e2e-replicas e2e-noetcd compat-reads \
+TEST_PARTS = e2e-controlplane e2e-rest e2e-reads compat-clients e2e-replicas e2e-noetcd compat-reads \
 	e2e-watch test-unit-only e2e-table e2e-others compat-table compat-watch $(TABLE_ORACLES)
 
 # TEST_JOBS is how many test stages run at once. An e2e part spends much
@@ -181,3 +180,5 @@ fuzz:
 		echo "== $$name ($$pkg) for $(FUZZTIME)"; \
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
 	done
+
+.PHONY: test-stages-reset all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-unit-only test-table-oracle $(TABLE_ORACLES) e2e-test-binary test-e2e $(E2E_PARTS) test-compat $(COMPAT_PARTS) verify bench fuzz soak soak-ha conformance clean
