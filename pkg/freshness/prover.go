@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -677,51 +676,5 @@ func prefixContents(snap *snapshot.Snapshot) PrefixContents {
 		Count: int64(snap.Len()),
 		First: KeyRevision{Key: first.Key, ModRevision: int64(first.RV)},
 		Last:  KeyRevision{Key: last.Key, ModRevision: int64(last.RV)},
-	}
-}
-
-// ReadMetrics count consistent reads by outcome.
-type ReadMetrics struct {
-	outcomes         *prometheus.CounterVec
-	wait             *prometheus.HistogramVec
-	prefixMismatches *prometheus.CounterVec
-}
-
-// NewReadMetrics registers the consistent-read metrics with reg. A nil
-// *ReadMetrics records nothing.
-func NewReadMetrics(reg prometheus.Registerer) (*ReadMetrics, error) {
-	m := &ReadMetrics{
-		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "listproxy", Subsystem: "freshness", Name: "consistent_reads_total",
-			Help: "Consistent LISTs by resource and outcome (served, or why freshness was not proven: probe_failed, progress_timeout, snapshot_timeout, prefix_unverified, no_bookmarks, direct_cheaper).",
-		}, []string{"resource", "outcome"}),
-		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "listproxy", Subsystem: "freshness", Name: "wait_duration_seconds",
-			Help:    "Time spent proving freshness for a consistent LIST, by outcome.",
-			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2, 3, 5},
-		}, []string{"outcome"}),
-		prefixMismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "listproxy", Subsystem: "freshness", Name: "prefix_mismatches_total",
-			Help: "Resources whose etcd key prefix did not match the snapshot; their consistent reads pass through.",
-		}, []string{"resource"}),
-	}
-	for _, c := range []prometheus.Collector{m.outcomes, m.wait, m.prefixMismatches} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
-
-func (m *ReadMetrics) observe(resource string, outcome Outcome, d time.Duration) {
-	if m != nil {
-		m.outcomes.WithLabelValues(resource, string(outcome)).Inc()
-		m.wait.WithLabelValues(string(outcome)).Observe(d.Seconds())
-	}
-}
-
-func (m *ReadMetrics) prefixMismatch(resource string) {
-	if m != nil {
-		m.prefixMismatches.WithLabelValues(resource).Inc()
 	}
 }
