@@ -46,6 +46,11 @@ import (
 // watch served at R starts after them); otherwise R goes on to steps 2–3.
 //
 // Nothing is inferred across two streams or from timing.
+//
+// A store's proof is its apiserverProver (apiserverprover.go); this file
+// holds what the stores of one resource share (resourceProof: the probes,
+// the auxiliary watch, what is known of bookmarks) and the APIServer that
+// keeps them.
 
 // Defaults of APIServerConfig.
 const (
@@ -196,20 +201,6 @@ type resourceProof struct {
 	// noBookmarksUntil: before it, the resource is taken to have no
 	// bookmarks (zero: not taken so).
 	noBookmarksUntil time.Time
-}
-
-// apiserverProof is one store's proof through the apiserver.
-type apiserverProof struct {
-	shared *resourceProof
-	store  *snapshot.Store
-}
-
-// newAPIServerProof returns store's proof, sharing its resource's probes and
-// auxiliary watches with the other stores of the resource until ctx ends.
-func newAPIServerProof(ctx context.Context, api *APIServer, store *snapshot.Store, resource, path string, namespaced bool) *apiserverProof {
-	r := api.acquire(resource, path, namespaced, store)
-	context.AfterFunc(ctx, func() { api.release(r, store) })
-	return &apiserverProof{shared: r, store: store}
 }
 
 // acquire returns the shared proof of the resource at path, with store
@@ -372,69 +363,6 @@ func (r *resourceProof) list(ctx context.Context, url string, list *metaList) (e
 		}
 	}
 	return nil
-}
-
-// prove returns L, a revision such that a store holding every change up to
-// L holds the state at R: the fast path, or, when orAux, up to two
-// auxiliary watches. Without orAux a read the fast path does not prove
-// fails at once with errFastPathOnly, and no auxiliary watch is opened.
-func (a *apiserverProof) prove(ctx context.Context, r uint64, orAux bool) (uint64, error) {
-	res := a.shared
-	fast, cancel := context.WithTimeout(ctx, res.api.cfg.FastWait)
-	_, _, err := a.store.WaitFor(fast, r)
-	cancel()
-	if err == nil {
-		res.api.metrics.proof(res.resource, pathFast)
-		return r, nil
-	}
-	if ctx.Err() != nil {
-		res.api.metrics.proof(res.resource, pathTimeout)
-		return 0, ctx.Err()
-	}
-	if !orAux {
-		res.api.metrics.proof(res.resource, pathDirectCheaper)
-		return 0, errFastPathOnly
-	}
-	for range 2 {
-		aux, noBookmarks := res.runningAux(a.store, r)
-		if noBookmarks {
-			res.api.metrics.proof(res.resource, pathNoBookmarks)
-			return 0, errNoBookmarks
-		}
-		if aux == nil {
-			break // the store is not synced: nothing to start from
-		}
-		last, covered, ok := aux.lastChange(ctx, r)
-		if ok {
-			res.api.metrics.proof(res.resource, pathAux)
-			res.api.metrics.auxLead.Observe(float64(covered - r))
-			return last, nil
-		}
-		if ctx.Err() != nil {
-			res.api.metrics.proof(res.resource, pathTimeout)
-			return 0, ctx.Err()
-		}
-	}
-	res.api.metrics.proof(res.resource, pathInconclusive)
-	return 0, errInconclusive
-}
-
-// unchanged runs an auxiliary watch of its own from from and reports
-// whether it showed no event at or before to (Prover.Unchanged).
-func (a *apiserverProof) unchanged(ctx context.Context, from, to uint64) bool {
-	res := a.shared
-	aux := newAuxWatch(from)
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		result := res.watch(wctx, aux)
-		if wctx.Err() == nil {
-			res.api.metrics.auxWatch(res.resource, result)
-		}
-		aux.end()
-	}()
-	last, _, ok := aux.lastChange(ctx, to)
-	return ok && last == from
 }
 
 // runningAux returns the resource's running auxiliary watch, or the last
