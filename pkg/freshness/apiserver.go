@@ -46,6 +46,11 @@ import (
 // watch served at R starts after them); otherwise R goes on to steps 2–3.
 //
 // Nothing is inferred across two streams or from timing.
+//
+// A store's proof is its apiserverProver (apiserverprover.go); this file
+// holds what the stores of one resource share (resourceProof: the probes,
+// the auxiliary watch, what is known of bookmarks) and the APIServer that
+// keeps them.
 
 // Defaults of APIServerConfig.
 const (
@@ -196,20 +201,6 @@ type resourceProof struct {
 	// noBookmarksUntil: before it, the resource is taken to have no
 	// bookmarks (zero: not taken so).
 	noBookmarksUntil time.Time
-}
-
-// apiserverProof is one store's proof through the apiserver.
-type apiserverProof struct {
-	shared *resourceProof
-	store  *snapshot.Store
-}
-
-// newAPIServerProof returns store's proof, sharing its resource's probes and
-// auxiliary watches with the other stores of the resource until ctx ends.
-func newAPIServerProof(ctx context.Context, api *APIServer, store *snapshot.Store, resource, path string, namespaced bool) *apiserverProof {
-	r := api.acquire(resource, path, namespaced, store)
-	context.AfterFunc(ctx, func() { api.release(r, store) })
-	return &apiserverProof{shared: r, store: store}
 }
 
 // acquire returns the shared proof of the resource at path, with store
@@ -372,69 +363,6 @@ func (r *resourceProof) list(ctx context.Context, url string, list *metaList) (e
 		}
 	}
 	return nil
-}
-
-// prove returns L, a revision such that a store holding every change up to
-// L holds the state at R: the fast path, or, when orAux, up to two
-// auxiliary watches. Without orAux a read the fast path does not prove
-// fails at once with errFastPathOnly, and no auxiliary watch is opened.
-func (a *apiserverProof) prove(ctx context.Context, r uint64, orAux bool) (uint64, error) {
-	res := a.shared
-	fast, cancel := context.WithTimeout(ctx, res.api.cfg.FastWait)
-	_, _, err := a.store.WaitFor(fast, r)
-	cancel()
-	if err == nil {
-		res.api.metrics.proof(res.resource, pathFast)
-		return r, nil
-	}
-	if ctx.Err() != nil {
-		res.api.metrics.proof(res.resource, pathTimeout)
-		return 0, ctx.Err()
-	}
-	if !orAux {
-		res.api.metrics.proof(res.resource, pathDirectCheaper)
-		return 0, errFastPathOnly
-	}
-	for range 2 {
-		aux, noBookmarks := res.runningAux(a.store, r)
-		if noBookmarks {
-			res.api.metrics.proof(res.resource, pathNoBookmarks)
-			return 0, errNoBookmarks
-		}
-		if aux == nil {
-			break // the store is not synced: nothing to start from
-		}
-		last, covered, ok := aux.lastChange(ctx, r)
-		if ok {
-			res.api.metrics.proof(res.resource, pathAux)
-			res.api.metrics.auxLead.Observe(float64(covered - r))
-			return last, nil
-		}
-		if ctx.Err() != nil {
-			res.api.metrics.proof(res.resource, pathTimeout)
-			return 0, ctx.Err()
-		}
-	}
-	res.api.metrics.proof(res.resource, pathInconclusive)
-	return 0, errInconclusive
-}
-
-// unchanged runs an auxiliary watch of its own from from and reports
-// whether it showed no event at or before to (Prover.Unchanged).
-func (a *apiserverProof) unchanged(ctx context.Context, from, to uint64) bool {
-	res := a.shared
-	aux := newAuxWatch(from)
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		result := res.watch(wctx, aux)
-		if wctx.Err() == nil {
-			res.api.metrics.auxWatch(res.resource, result)
-		}
-		aux.end()
-	}()
-	last, _, ok := aux.lastChange(ctx, to)
-	return ok && last == from
 }
 
 // runningAux returns the resource's running auxiliary watch, or the last
@@ -656,101 +584,4 @@ func (w *auxWatch) lastChange(ctx context.Context, r uint64) (last, covered uint
 			return 0, 0, false
 		}
 	}
-}
-
-// Proof paths and auxiliary watch results: metric label values.
-const (
-	pathFast         = "fast"
-	pathAux          = "aux"
-	pathNoBookmarks  = "no_bookmarks"
-	pathInconclusive = "inconclusive"
-	pathTimeout      = "timeout"
-	// pathDirectCheaper: the fast path did not prove a small read, which
-	// passes through instead of waiting for an auxiliary watch.
-	pathDirectCheaper = "direct_cheaper"
-	// pathState: a state probe showed the store's snapshot.
-	pathState = "state"
-
-	auxBookmark = "bookmark"
-	// auxNoBookmark: no bookmark, and none in the stores' feeds lately.
-	auxNoBookmark = "no_bookmark"
-	// auxMissedBookmark: no bookmark, though the stores' feeds see them:
-	// the instance that answered was behind, or dropped it.
-	auxMissedBookmark = "missed_bookmark"
-	auxExpired        = "expired"
-	auxError          = "error"
-)
-
-type apiserverMetrics struct {
-	probeDuration *prometheus.HistogramVec
-	proofs        *prometheus.CounterVec
-	auxWatches    *prometheus.CounterVec
-	auxLead       prometheus.Histogram
-	noBookmarks   *prometheus.GaugeVec
-}
-
-func newAPIServerMetrics(reg prometheus.Registerer) (*apiserverMetrics, error) {
-	m := &apiserverMetrics{
-		probeDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "listproxy", Subsystem: "freshness", Name: "apiserver_probe_duration_seconds",
-			Help:    "Duration of the name-scoped consistent LISTs that read a resource's current revision through the apiserver, by result (ok, error).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 13),
-		}, []string{"result"}),
-		proofs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "listproxy", Subsystem: "freshness", Name: "apiserver_proofs_total",
-			Help: "Proofs through the apiserver by resource and path: fast (the store's own feed), aux (an auxiliary watch), no_bookmarks (the resource's watches carry none), inconclusive (auxiliary watches fell short), timeout (the read's proof budget ran out first), direct_cheaper (the fast path did not prove a small read, which passed through without an auxiliary watch).",
-		}, []string{"resource", "path"}),
-		auxWatches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "listproxy", Subsystem: "freshness", Name: "aux_watches_total",
-			Help: "Auxiliary watches by resource and how they ended: bookmark; no_bookmark (at their deadline, and the resource's feeds saw no bookmark lately either); missed_bookmark (at their deadline, though the feeds see bookmarks: the instance that answered was behind, or dropped it); expired; error.",
-		}, []string{"resource", "result"}),
-		noBookmarks: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "listproxy", Subsystem: "freshness", Name: "apiserver_no_bookmarks",
-			Help: "1 while a resource is taken to have no watch bookmarks (several auxiliary watches in a row ended without one, and its feeds saw none): its consistent reads are proven only by its own feed's events, else pass through; 0 otherwise.",
-		}, []string{"resource"}),
-		auxLead: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "listproxy", Subsystem: "freshness", Name: "aux_bookmark_lead_revisions",
-			Help:    "For reads proven by an auxiliary watch: by how many revisions the watch's bookmark (or event) passed the probed revision (B − R); near 0, the bookmark came just in time.",
-			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
-		}),
-	}
-	for _, r := range []string{probeOK, probeError} {
-		m.probeDuration.WithLabelValues(r)
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.probeDuration, m.proofs, m.auxWatches, m.auxLead, m.noBookmarks} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("register apiserver proof metrics: %w", err)
-			}
-		}
-	}
-	return m, nil
-}
-
-func (m *apiserverMetrics) observeProbe(d time.Duration, err error) {
-	result := probeOK
-	if err != nil {
-		result = probeError
-	}
-	m.probeDuration.WithLabelValues(result).Observe(d.Seconds())
-}
-
-// exportResource exports every path and result of resource from the start,
-// so that rates work before the first of each.
-func (m *apiserverMetrics) exportResource(resource string) {
-	for _, path := range []string{pathFast, pathAux, pathNoBookmarks, pathInconclusive, pathTimeout, pathDirectCheaper, pathState} {
-		m.proofs.WithLabelValues(resource, path)
-	}
-	for _, result := range []string{auxBookmark, auxNoBookmark, auxMissedBookmark, auxExpired, auxError} {
-		m.auxWatches.WithLabelValues(resource, result)
-	}
-	m.noBookmarks.WithLabelValues(resource)
-}
-
-func (m *apiserverMetrics) proof(resource, path string) {
-	m.proofs.WithLabelValues(resource, path).Inc()
-}
-
-func (m *apiserverMetrics) auxWatch(resource, result string) {
-	m.auxWatches.WithLabelValues(resource, result).Inc()
 }

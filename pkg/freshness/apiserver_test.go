@@ -239,7 +239,7 @@ func relist(s *snapshot.Store, rv uint64, objects ...change) {
 type proofHarness struct {
 	api   *scriptedAPIServer
 	store *snapshot.Store
-	p     *Prover
+	p     Prover
 	// apiProof and ctx make further provers of the same resource (addStore).
 	apiProof *APIServer
 	ctx      context.Context
@@ -313,10 +313,14 @@ func newProofHarness(t *testing.T, cfg harnessConfig) *proofHarness {
 	return h
 }
 
+// proofOf returns what the stores of p's resource share: p proves through
+// the apiserver.
+func proofOf(p Prover) *resourceProof { return p.(*apiserverProver).shared }
+
 // addStore returns a prover of another store of the same resource (another
 // representation), listed as the harness's store is, proving through the
 // same APIServer.
-func (h *proofHarness) addStore() (*snapshot.Store, *Prover) {
+func (h *proofHarness) addStore() (*snapshot.Store, Prover) {
 	store := snapshot.NewStore(snapshot.StoreConfig{})
 	relist(store, listedAt, change{name: "a", rv: 5})
 	return store, NewProver(h.ctx, ProverConfig{
@@ -335,7 +339,7 @@ type readResult struct {
 func (h *proofHarness) read() <-chan readResult { return readWith(h.p) }
 
 // readWith starts a consistent read by p.
-func readWith(p *Prover) <-chan readResult {
+func readWith(p Prover) <-chan readResult {
 	out := make(chan readResult, 1)
 	go func() {
 		snap, rv, outcome := p.Consistent(context.Background())
@@ -378,9 +382,9 @@ func poll(t *testing.T, what string, cond func() bool) {
 func (h *proofHarness) waitCovered(t *testing.T, rv uint64) {
 	t.Helper()
 	poll(t, fmt.Sprintf("the auxiliary watch to cover %d", rv), func() bool {
-		h.p.remote.shared.mu.Lock()
-		aux := h.p.remote.shared.aux
-		h.p.remote.shared.mu.Unlock()
+		proofOf(h.p).mu.Lock()
+		aux := proofOf(h.p).aux
+		proofOf(h.p).mu.Unlock()
 		if aux == nil {
 			return false
 		}
@@ -399,7 +403,7 @@ func (h *proofHarness) waitProofs(t *testing.T, path string, n float64) {
 }
 
 func (h *proofHarness) proofs(path string) float64 {
-	return testutil.ToFloat64(h.p.remote.shared.api.metrics.proofs.WithLabelValues("pods", path))
+	return testutil.ToFloat64(proofOf(h.p).api.metrics.proofs.WithLabelValues("pods", path))
 }
 
 func (h *proofHarness) behindCalls() []uint64 {
@@ -761,13 +765,13 @@ func TestConsistentThroughAPIServerAuxFallsShort(t *testing.T) {
 			poll(t, "auxiliary watches to end", func() bool {
 				ended := 0.0
 				for _, result := range []string{auxBookmark, auxNoBookmark, auxExpired, auxError} {
-					ended += testutil.ToFloat64(h.p.remote.shared.api.metrics.auxWatches.WithLabelValues("pods", result))
+					ended += testutil.ToFloat64(proofOf(h.p).api.metrics.auxWatches.WithLabelValues("pods", result))
 				}
 				return ended == wantEnded
 			})
 			for result, want := range tc.wantAux {
 				poll(t, fmt.Sprintf("%v auxiliary watches with result %s", want, result), func() bool {
-					return testutil.ToFloat64(h.p.remote.shared.api.metrics.auxWatches.WithLabelValues("pods", result)) == want
+					return testutil.ToFloat64(proofOf(h.p).api.metrics.auxWatches.WithLabelValues("pods", result)) == want
 				})
 			}
 		})
@@ -785,7 +789,7 @@ func TestConsistentThroughAPIServerNoBookmarks(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	h := newProofHarness(t, harnessConfig{auxTimeoutSeconds: 1, timeout: 10 * time.Second, clock: clk})
 	gauge := func() float64 {
-		return testutil.ToFloat64(h.p.remote.shared.api.metrics.noBookmarks.WithLabelValues("pods"))
+		return testutil.ToFloat64(proofOf(h.p).api.metrics.noBookmarks.WithLabelValues("pods"))
 	}
 	noBookmarkWatch := func(what string) {
 		t.Helper()
@@ -851,7 +855,7 @@ func TestConsistentThroughAPIServerNoBookmarks(t *testing.T) {
 		t.Errorf("no_bookmarks proofs = %v, want 4", got)
 	}
 	auxWatches := func(result string) float64 {
-		return testutil.ToFloat64(h.p.remote.shared.api.metrics.auxWatches.WithLabelValues("pods", result))
+		return testutil.ToFloat64(proofOf(h.p).api.metrics.auxWatches.WithLabelValues("pods", result))
 	}
 	if got := auxWatches(auxNoBookmark); got != 4 {
 		t.Errorf("auxiliary watches without bookmark = %v, want 4", got)
@@ -883,7 +887,7 @@ func TestConsistentThroughAPIServerFeedBookmarksAreEvidence(t *testing.T) {
 	apply(h.store, change{name: "b", rv: 11})
 	checkServed(t, recv(t, res, "read 3"), 12, 11)
 
-	metrics := h.p.remote.shared.api.metrics
+	metrics := proofOf(h.p).api.metrics
 	if got := testutil.ToFloat64(metrics.auxWatches.WithLabelValues("pods", auxMissedBookmark)); got != 4 {
 		t.Errorf("auxiliary watches that missed their bookmark = %v, want 4", got)
 	}
@@ -920,7 +924,7 @@ func TestConsistentThroughAPIServerKeepsProvenRevision(t *testing.T) {
 func TestConsistentThroughAPIServerSharedByResource(t *testing.T) {
 	h := newProofHarness(t, harnessConfig{fastWait: 5 * time.Millisecond})
 	store2, p2 := h.addStore()
-	if h.p.remote.shared != p2.remote.shared {
+	if proofOf(h.p) != proofOf(p2) {
 		t.Fatal("two stores of one resource do not share its proof")
 	}
 
@@ -928,7 +932,7 @@ func TestConsistentThroughAPIServerSharedByResource(t *testing.T) {
 	probe := recv(t, h.api.probes, "probe")
 	res2 := readWith(p2)
 	poll(t, "read 2 to wait for the next probe", func() bool {
-		probes := &h.p.remote.shared.probes
+		probes := &proofOf(h.p).probes
 		probes.mu.Lock()
 		defer probes.mu.Unlock()
 		return probes.next != nil && probes.next.waiters == 1
@@ -956,7 +960,7 @@ func TestConsistentThroughAPIServerProbeInFlight(t *testing.T) {
 	probe1 := recv(t, h.api.probes, "probe 1")
 	res2 := h.read()
 	poll(t, "read 2 to wait for the next probe", func() bool {
-		probes := &h.p.remote.shared.probes
+		probes := &proofOf(h.p).probes
 		probes.mu.Lock()
 		defer probes.mu.Unlock()
 		return probes.next != nil && probes.next.waiters == 1
@@ -1205,7 +1209,7 @@ func TestThroughAPIServerRequestsAhead(t *testing.T) {
 
 // readSmall starts a consistent read of a small answer
 // (ConsistentIfCheap(ctx, true)) by p.
-func readSmall(p *Prover) <-chan readResult {
+func readSmall(p Prover) <-chan readResult {
 	out := make(chan readResult, 1)
 	go func() {
 		snap, rv, outcome := p.ConsistentIfCheap(context.Background(), true)
@@ -1224,9 +1228,9 @@ func TestConsistentThroughAPIServerSmallRead(t *testing.T) {
 	busy := func(h *proofHarness) { apply(h.store, change{name: "z", rv: changed}) }
 	noAux := func(t *testing.T, h *proofHarness) {
 		t.Helper()
-		h.p.remote.shared.mu.Lock()
-		aux := h.p.remote.shared.aux
-		h.p.remote.shared.mu.Unlock()
+		proofOf(h.p).mu.Lock()
+		aux := proofOf(h.p).aux
+		proofOf(h.p).mu.Unlock()
 		if aux != nil {
 			t.Errorf("an auxiliary watch from %d was started", aux.from)
 		}

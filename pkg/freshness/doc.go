@@ -1,8 +1,16 @@
 // Package freshness proves how fresh an apiserver-fed snapshot must be to
 // answer a consistent LIST (resourceVersion unset) as the apiserver would:
-// linearizably. It proves with etcd where listproxy can reach it (below),
-// else through the apiserver alone (apiserver.go: a name-scoped consistent
-// LIST as the probe, then the store's own feed or an auxiliary watch).
+// linearizably. Its Prover is one interface, whose implementation
+// NewProver chooses once per store from its ProverConfig: etcdProver
+// (etcdprover.go) proves with etcd where listproxy can reach it (below);
+// apiserverProver (apiserverprover.go, over apiserver.go's APIServer: a
+// name-scoped consistent LIST as the probe, then the store's own feed or an
+// auxiliary watch) proves through the apiserver alone; unprovenProver
+// proves nothing. An etcdProver proves an empty resource's reads, whose
+// prefix cannot be verified, through an apiserverProver. What every
+// implementation shares — the frames of its reads, the wait every proof
+// ends with (holdAndKeep), the shared probe (probe.go) — is written once in
+// prover.go and probe.go; every metric of the package is in metrics.go.
 //
 // The protocol mirrors the watch cache's consistent reads (KEP-2340,
 // https://github.com/kubernetes/enhancements/tree/master/keps/sig-api-machinery/2340-Consistent-reads-from-cache):
@@ -24,8 +32,8 @@
 // (DefaultPrefix).
 //
 // It owns the etcd and apiserver sides of freshness and, per store, the
-// Prover whose one prove-and-wait serves consistent, exact and
-// not-older-than reads; it may import pkg/snapshot and pkg/wire (the
-// auxiliary watch's bytes) and must not import pkg/lists, pkg/proxy,
-// pkg/auth, pkg/consistency or pkg/paging.
+// Prover whose prove-and-wait serves consistent, exact and not-older-than
+// reads and watches ahead of the store; it may import pkg/snapshot and
+// pkg/wire (the auxiliary watch's bytes) and must not import pkg/lists,
+// pkg/proxy, pkg/auth, pkg/consistency or pkg/paging.
 package freshness

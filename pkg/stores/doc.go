@@ -4,7 +4,8 @@
 // gates), starts a store on the first demand of a caller admitted to start
 // it (admission.go) or because it is preloaded, feeds it from the
 // apiserver (its first list optionally from a peer replica), proves its
-// freshness with etcd (a freshness.Prover per store), restarts its watch
+// freshness with etcd or through the apiserver (a freshness.Prover per
+// store), restarts its watch
 // when it lags or stalls, applies etcd's compaction, shows the stores to
 // the consistency checker, and drops a store when it is idle or discovery
 // changes.

@@ -50,8 +50,8 @@ func (h *Handle) Release() { h.reg.releaseHold(h.e) }
 func (h *Handle) Store() *snapshot.Store { return h.e.store }
 
 // Prover proves what the store must hold for consistent, exact and
-// not-older-than reads with etcd.
-func (h *Handle) Prover() *freshness.Prover { return h.e.prover }
+// not-older-than reads: with etcd, through the apiserver, or not at all.
+func (h *Handle) Prover() freshness.Prover { return h.e.prover }
 
 // Envelope is the envelope of the apiserver's last list of the store's
 // resource (apiVersion, kind, representation); nil before the first.

@@ -210,8 +210,9 @@ type storeEntry struct {
 	started time.Time
 
 	// prover proves what the store must hold for consistent, exact and
-	// not-older-than reads with etcd.
-	prover *freshness.Prover
+	// not-older-than reads: with etcd, through the apiserver, or not at all
+	// (freshness.NewProver chooses).
+	prover freshness.Prover
 	// bytes is what the store holds, live and history, as last published;
 	// listed is set once it has published (its first list), and bytes is
 	// then its share of Config.MaxStoreBytes (budgetBytes).
