@@ -9,12 +9,20 @@ import (
 )
 
 // DefaultEventHistory is how many recent changes a store keeps for watchers
-// (StoreConfig.EventHistory). It bounds both how far behind a watcher may
-// fall before it is ended and how old a resourceVersion a re-watch may start
-// from. The apiserver's watch cache starts at 100 events and grows to keep
-// about 75 s; 1024 covers a minute of ~17 changes/s per resource. Not
-// measured. StoreConfig.FeedMaxBytes may keep fewer.
+// (StoreConfig.EventHistory), and the least it keeps when it grows to keep
+// EventRetention of them. It bounds both how far behind a watcher may fall
+// before it is ended and how old a resourceVersion a re-watch may start
+// from. StoreConfig.FeedMaxBytes may keep fewer.
 const DefaultEventHistory = 1024
+
+// DefaultEventRetention and DefaultEventHistoryMax are the apiserver's
+// watch cache's: it keeps the changes of the last 75 s (one periodic
+// bookmark's interval and a margin), growing its history up to 100 × 1024
+// events (eventFreshDuration, defaultUpperBoundCapacity).
+const (
+	DefaultEventRetention  = 75 * time.Second
+	DefaultEventHistoryMax = 100 * 1024
+)
 
 // Errors a Cursor returns.
 var (
@@ -116,6 +124,7 @@ type feed struct {
 	mu sync.RWMutex
 	// ring holds the last len(ring) events; seq numbers events from 0 since
 	// the store was created, and event seq lives at ring[seq%len(ring)].
+	// It grows and shrinks between minEvents and maxEvents (resizeLocked).
 	ring []Event
 	// sizes[i] is what ring[i] holds beyond the live snapshot.
 	sizes []eventSize
@@ -133,6 +142,10 @@ type feed struct {
 	uncovered         uint64
 	superseded, owned int64
 	frames            atomic.Int64
+	// retention, when positive, is how long a change is kept at least (up
+	// to maxEvents of them); minEvents is the ring's least size.
+	retention            time.Duration
+	minEvents, maxEvents int
 }
 
 // eventSize is what an event holds beyond the live snapshot.
@@ -146,11 +159,54 @@ type eventSize struct {
 	owned int64
 }
 
-func newFeed(capacity int) *feed {
+// newFeed returns a closed feed of capacity events (0: DefaultEventHistory)
+// that, with a positive retention, grows to keep that long of changes, up
+// to maxEvents (0: DefaultEventHistoryMax).
+func newFeed(capacity int, retention time.Duration, maxEvents int) *feed {
 	if capacity <= 0 {
 		capacity = DefaultEventHistory
 	}
-	return &feed{ring: make([]Event, capacity), sizes: make([]eventSize, capacity)}
+	if maxEvents <= 0 {
+		maxEvents = DefaultEventHistoryMax
+	}
+	return &feed{
+		ring: make([]Event, capacity), sizes: make([]eventSize, capacity),
+		retention: retention, minEvents: capacity, maxEvents: max(maxEvents, capacity),
+	}
+}
+
+// resizeLocked sizes the ring, when it is full, to keep at least retention
+// of changes before now, as the apiserver's watch cache sizes its history
+// (resizeCacheLocked): it doubles, up to maxEvents, while its oldest change
+// is younger than retention; it halves, down to minEvents, dropping the
+// oldest half, once even the newest quarter starts with an older change.
+// Without retention the ring keeps its size.
+func (f *feed) resizeLocked(now time.Time) {
+	n := uint64(len(f.ring))
+	if f.retention <= 0 || f.next-f.first < n {
+		return
+	}
+	switch {
+	case len(f.ring) < f.maxEvents && now.Sub(f.ring[f.first%n].At) < f.retention:
+		f.relayoutLocked(min(2*len(f.ring), f.maxEvents))
+	case len(f.ring) > f.minEvents && now.Sub(f.ring[(f.next-n/4)%n].At) > f.retention:
+		size := max(len(f.ring)/2, f.minEvents)
+		for f.next-f.first > uint64(size) {
+			f.evictLocked()
+		}
+		f.relayoutLocked(size)
+	}
+}
+
+// relayoutLocked moves the kept events into a ring of size events, which
+// holds them all.
+func (f *feed) relayoutLocked(size int) {
+	ring, sizes := make([]Event, size), make([]eventSize, size)
+	n, m := uint64(len(f.ring)), uint64(size)
+	for seq := f.first; seq < f.next; seq++ {
+		ring[seq%m], sizes[seq%m] = f.ring[seq%n], f.sizes[seq%n]
+	}
+	f.ring, f.sizes = ring, sizes
 }
 
 // append adds ev, which holds size beyond the live snapshot, and returns
@@ -162,6 +218,7 @@ func (f *feed) append(ev Event, size eventSize) (seq uint64, ok bool) {
 	if !f.open {
 		return 0, false
 	}
+	f.resizeLocked(ev.At)
 	n := uint64(len(f.ring))
 	if f.next-f.first == n {
 		// The oldest is dropped: changes after it are still all kept.

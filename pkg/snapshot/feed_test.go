@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
 // feedEvents is what a cursor read, as "TYPE key@rv (prev@rv)".
@@ -173,6 +174,73 @@ func TestFeedEndsCursors(t *testing.T) {
 				t.Errorf("Read = %v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestFeedKeepsRetention: with EventRetention the store keeps every change
+// of the last EventRetention, growing its history past EventHistory up to
+// EventHistoryMax, so that a watcher stalled that long resumes with every
+// change in order; beyond EventHistoryMax, or once its changes are older,
+// the watcher is overrun. Aged changes shrink the history back.
+func TestFeedKeepsRetention(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	s := NewStore(StoreConfig{EventHistory: 4, EventRetention: time.Minute, EventHistoryMax: 12, Clock: clk})
+	s.Replace([]*Entry{entry("a", "p1", 1, "")}, 10)
+	apply := func(from, to uint64, every time.Duration) {
+		for rv := from; rv <= to; rv++ {
+			clk.SetTime(clk.Now().Add(every))
+			s.Apply(Change{Entry: entry("a", "p1", rv, "")}, rv)
+		}
+	}
+	stalled, err := s.Subscribe(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// 12 changes in 12 s: all kept, in order.
+	apply(11, 22, time.Second)
+	got, err := stalled.Read(make([]Event, 0, 32))
+	if err != nil {
+		t.Fatalf("Read after 12 changes in 12 s: %v, want every change (the history grows)", err)
+	}
+	var rvs []uint64
+	for _, ev := range got {
+		rvs = append(rvs, ev.RV)
+	}
+	want := []uint64{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22}
+	if diff := cmp.Diff(want, rvs); diff != "" {
+		t.Fatalf("changes read (-want +got):\n%s", diff)
+	}
+
+	// Past EventHistoryMax the oldest go, young as they are.
+	apply(23, 35, time.Second)
+	if _, err := stalled.Read(nil); !errors.Is(err, ErrFeedOverrun) {
+		t.Errorf("Read after 13 more changes = %v, want ErrFeedOverrun (EventHistoryMax is 12)", err)
+	}
+
+	// Changes older than the retention go once the history is full, and
+	// the history shrinks back to EventHistory as they age.
+	clk.SetTime(clk.Now().Add(2 * time.Minute))
+	old, err := s.Subscribe(35)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(36, 39, time.Second)
+	if _, err := old.Read(nil); err != nil {
+		t.Fatalf("Read of 4 new changes: %v", err)
+	}
+	apply(40, 100, time.Second)
+	if _, err := old.Read(nil); !errors.Is(err, ErrFeedOverrun) {
+		t.Errorf("Read after 61 changes over 61 s = %v, want ErrFeedOverrun (at most 12 are kept)", err)
+	}
+	if n := len(s.feed.ring); n != 12 {
+		t.Errorf("history holds room for %d changes, want EventHistoryMax (12)", n)
+	}
+	// One change every two minutes: a history of 4 keeps more than the
+	// retention.
+	apply(101, 120, 2*time.Minute)
+	if n := len(s.feed.ring); n != 4 {
+		t.Errorf("history of changes two minutes apart holds room for %d, want EventHistory (4)", n)
 	}
 }
 

@@ -78,6 +78,14 @@ type StoreConfig struct {
 	// EventHistory is how many recent changes the store keeps for
 	// watchers (Subscribe); 0 selects DefaultEventHistory.
 	EventHistory int
+	// EventRetention, when positive, makes the store keep at least the
+	// changes of the last EventRetention (its clock), growing its history
+	// beyond EventHistory up to EventHistoryMax changes (0 selects
+	// DefaultEventHistoryMax) and shrinking it back as they age, as the
+	// apiserver's watch cache does (DefaultEventRetention). 0 keeps
+	// EventHistory changes.
+	EventRetention  time.Duration
+	EventHistoryMax int
 	// FeedMaxBytes bounds the bytes only those changes hold (see
 	// Stats.FeedBytes): beyond it the oldest are dropped, as beyond
 	// EventHistory, down to the newest one. 0 selects the history's bound
@@ -196,7 +204,7 @@ func NewStore(cfg StoreConfig) *Store {
 		cfg.Clock = clock.RealClock{}
 	}
 	pins, _ := lru.New[uint64, pin](cfg.PinnedSnapshots) // error only for size <= 0
-	feed := newFeed(cfg.EventHistory)
+	feed := newFeed(cfg.EventHistory, cfg.EventRetention, cfg.EventHistoryMax)
 	s := &Store{cfg: cfg, clock: cfg.Clock, pins: pins, feed: feed, wake: newWaker(cfg.UID)}
 	s.resetTreesLocked()
 	empty := s.snapshotLocked(0)

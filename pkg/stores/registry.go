@@ -505,6 +505,9 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 		History:         reg.cfg.History,
 		HistoryMaxBytes: reg.cfg.HistoryMaxBytes,
 		HistoryMaxRatio: reg.cfg.HistoryMaxRatio,
+		// Watchers may fall as far behind, and re-watch from as old a
+		// resourceVersion, as the apiserver's watch cache lets them.
+		EventRetention: snapshot.DefaultEventRetention,
 		OnPublish: func(s snapshot.Stats) {
 			e.bytes.Store(s.Bytes + s.HistoryBytes)
 			e.listed.Store(true)

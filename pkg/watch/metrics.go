@@ -16,9 +16,13 @@ const (
 	EndTimeout = "timeout"
 	// EndClientGone: the client went away or a write failed.
 	EndClientGone = "client_gone"
-	// EndTooSlow: the watcher fell further behind than the store's history
-	// of changes, or a write did not complete within the write timeout.
+	// EndTooSlow: a write did not complete within the write timeout (or
+	// initial events by their admission's deadline).
 	EndTooSlow = "too_slow"
+	// EndExpired: the watcher fell further behind than the store's history
+	// of changes and was answered, as the apiserver answers a watch from
+	// before its history, with a 410 Expired ERROR event.
+	EndExpired = "expired"
 	// EndStoreReset: the store broke continuity (relist, resource gone,
 	// dropped, listproxy stopping).
 	EndStoreReset = "store_reset"
@@ -59,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			"Bytes of the initial events and their end bookmark sent to watch-lists."),
 		changesRead: counter("changes_read_total",
 			"Changes that watchers read from their store's feed and checked against their selectors, whether or not an event was sent; per change of the store, the fan-out (watchers of one node, namespace or shard read only their own changes)."),
-		endedTotal: counter("ended_total", "Served watches that ended, by reason (timeout, client_gone, too_slow, store_reset, shutdown, error).", "reason"),
+		endedTotal: counter("ended_total", "Served watches that ended, by reason (timeout, client_gone, too_slow, expired, store_reset, shutdown, error).", "reason"),
 		passThrough: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "listproxy", Subsystem: "watch", Name: "passed_through_total",
 			Help: "Watches passed through to the apiserver, by why listproxy did not serve them."}, []string{"resource", "reason"}),
 		fanoutSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "listproxy", Subsystem: "watch", Name: "fanout_delay_seconds",

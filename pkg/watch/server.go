@@ -28,10 +28,11 @@ const (
 	DefaultMinRequestTimeout = 1800 * time.Second
 	// DefaultBookmarkInterval is the watch cache's defaultBookmarkFrequency.
 	DefaultBookmarkInterval = time.Minute
-	// DefaultWriteTimeout bounds writing one burst of events to a watcher.
-	// Not measured: long enough for a busy client, short enough that a
-	// stalled one does not hold its connection and goroutine for long.
-	DefaultWriteTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds writing one burst of events to a watcher:
+	// as long as the store keeps changes (snapshot.DefaultEventRetention),
+	// so that a client that stops reading for less than that resumes with
+	// every change; past it, its position has likely left the history.
+	DefaultWriteTimeout = snapshot.DefaultEventRetention
 	// DefaultNotOlderThanWait is the watch cache's blockTimeout: how long a
 	// watch-list from resourceVersion N waits for the store to reach N
 	// before passing through.

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -300,6 +302,104 @@ func TestStalledWatcher(t *testing.T) {
 	if got := testutil.ToFloat64(m.open.WithLabelValues("widgets.demo.listproxy.io", "json")); got != 1 {
 		t.Errorf("open watchers = %v, want 1 (the fast one)", got)
 	}
+}
+
+// TestStalledWatcherResumes: a client that stops reading while more
+// changes are applied than the store's least history holds is parked on
+// its connection, not ended: once it reads again it gets every change, in
+// order, because the store keeps the changes of the last EventRetention.
+// Where the store keeps fewer (no retention), its position leaves the
+// history and it gets the apiserver's answer: the events it was sent, one
+// ERROR event with 410 Expired "too old resource version", and the end.
+func TestStalledWatcherResumes(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		retention time.Duration
+		expired   bool
+	}{
+		{name: "within_retention", retention: time.Minute},
+		{name: "history_left", expired: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			m, err := NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := snapshot.NewStore(snapshot.StoreConfig{EventHistory: 4, EventRetention: tc.retention})
+			store.Replace([]*snapshot.Entry{widget("w1", 5, "a")}, 10)
+			ts := serveWith(t, store, Config{Metrics: m, WriteTimeout: time.Minute})
+
+			// The stalled client has read the response head only; its
+			// small receive buffer and 25 MiB of changes block the
+			// watcher's writes long before the last change.
+			stalled := smallBufferClient(t)
+			resp, err := stalled.Get(ts.URL + "?watch=1&resourceVersion=10&timeoutSeconds=600")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			pad := strings.Repeat("x", 256<<10)
+			const changes = 100
+			for rv := uint64(11); rv < 11+changes; rv++ {
+				e := widget("w1", rv, "a")
+				e.Raw = []byte(fmt.Sprintf(`{"apiVersion":"demo.listproxy.io/v1","kind":"Widget","metadata":{"name":"w1","namespace":"ns","resourceVersion":"%d"},"pad":%q}`, rv, pad))
+				store.Apply(snapshot.Change{Entry: e}, rv)
+			}
+
+			d := wire.NewWatchDecoder(wire.JSON, resp.Body, wire.WatchOptions{})
+			want := uint64(11)
+			for {
+				ev, err := d.Next()
+				if err != nil {
+					t.Fatalf("after rv %d: %v", want-1, err)
+				}
+				if ev.Type == wire.Error {
+					if !tc.expired {
+						t.Fatalf("ERROR event after rv %d: %s, want every change", want-1, ev.Object)
+					}
+					st, err := wire.DecodeStatus(wire.JSON, ev.Object)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if st.Code != http.StatusGone || st.Reason != metav1.StatusReasonExpired || !strings.HasPrefix(st.Message, "too old resource version: ") {
+						t.Errorf("ERROR event %+v, want 410 Expired \"too old resource version\"", st)
+					}
+					if _, err := d.Next(); !errors.Is(err, io.EOF) {
+						t.Errorf("after the ERROR event: %v, want EOF", err)
+					}
+					if err := waitEnded(m, EndExpired, 1); err != nil {
+						t.Error(err)
+					}
+					return
+				}
+				if ev.Type != wire.Modified || ev.ResourceVersion != fmt.Sprint(want) {
+					t.Fatalf("got %s at rv %s, want MODIFIED at %d", ev.Type, ev.ResourceVersion, want)
+				}
+				if want++; want == 11+changes {
+					break
+				}
+			}
+			if tc.expired {
+				t.Fatal("got every change, want the position to leave the history of 4")
+			}
+		})
+	}
+}
+
+// smallBufferClient is an HTTP client whose connections have a 4 KiB
+// receive buffer.
+func smallBufferClient(t *testing.T) *http.Client {
+	dialer := &net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) }); err != nil {
+			return err
+		}
+		return serr
+	}}
+	tr := &http.Transport{DialContext: dialer.DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
 }
 
 // TestWatchListAllocatesOneBurstBuffer: sending a watch-list's initial

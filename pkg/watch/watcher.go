@@ -3,12 +3,14 @@ package watch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
@@ -495,9 +497,38 @@ func (w *watcher) readChanges() (int, error) {
 	case errors.Is(err, snapshot.ErrFeedReset), w.tableColumnsChanged:
 		return n, &endError{EndStoreReset}
 	case errors.Is(err, snapshot.ErrFeedOverrun):
-		return n, &endError{EndTooSlow}
+		return n, w.expired()
 	}
 	return n, nil
+}
+
+// expired answers a watcher whose position has left the store's history of
+// changes as the apiserver answers a watch from a resourceVersion older
+// than its watch cache's history: one ERROR event, 410 Expired "too old
+// resource version: RV (OLDEST)", after which the stream ends and the
+// client lists again. It returns the end of the watch.
+func (w *watcher) expired() error {
+	since, _ := w.t.Store.FeedSince()
+	status := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", w.readRV, since)).ErrStatus
+	f := w.wr.format
+	var encodeErr error
+	w.wr.raw(func(dst []byte) []byte {
+		out, err := wire.AppendErrorEvent(dst, f, &status)
+		if err != nil {
+			encodeErr = err
+			return dst
+		}
+		return out
+	})
+	if encodeErr != nil {
+		klog.ErrorS(encodeErr, "Cannot encode a watch error", "resource", w.t.Resource)
+	} else {
+		w.metrics.event(w.labels, wire.Error)
+	}
+	if err := w.flush(); err != nil {
+		return err
+	}
+	return &endError{EndExpired}
 }
 
 // change queues the event one change means to this watcher, as the watch

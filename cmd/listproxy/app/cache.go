@@ -181,7 +181,7 @@ func (o *CacheOptions) addFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.ServeShardSelectors, "serve-shard-selectors", o.ServeShardSelectors,
 		"Serve LISTs and watches with a shardSelector (KEP-5866) from snapshots, answering as the 1.37 apiserver with its ShardedListAndWatch feature gate on, whatever the apiserver's gate or release (one without the gate ignores the parameter and answers the whole collection); false passes every request with a shardSelector through.")
 	fs.DurationVar(&o.WatchWriteTimeout, "watch-write-timeout", o.WatchWriteTimeout,
-		"End a served watch whose client does not accept a burst of events for this long (a stalled client); it re-watches from its last resourceVersion.")
+		"End a served watch whose client does not accept a burst of events for this long (a stalled client); it re-watches from its last resourceVersion. A client that reads again sooner gets every change it missed, as long as the store still keeps them (at least the last 75s).")
 	fs.StringVar(&o.ConsistentReadFallback, "consistent-read-fallback", o.ConsistentReadFallback,
 		"What a consistent read does when freshness cannot be proven in time: apiserver (pass through) or reject (429 with Retry-After).")
 	fs.IntVar(&o.ConsistentStateProofMaxObjects, "consistent-state-proof-max-objects", o.ConsistentStateProofMaxObjects,
