@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/sharding"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/table"
@@ -41,7 +42,7 @@ const (
 // representation its store holds, with selectors listproxy evaluates.
 type Request struct {
 	Path
-	Resource *stores.Resource
+	Resource *catalog.Resource
 	Format   wire.Format
 	Labels   labels.Selector
 	Fields   fields.Selector
@@ -124,7 +125,7 @@ func Parse(r *http.Request, reg *stores.Registry, verb Verb, labelSelector, fiel
 		return req, ReasonSelector, false
 	}
 	req.Fields, err = fields.ParseSelector(fieldSelector)
-	if err != nil || !res.Fields.Accepts(req.Fields, !stores.FieldsFromObject(res, req.Format)) {
+	if err != nil || !res.Fields.Accepts(req.Fields, !catalog.FieldsFromObject(res, req.Format)) {
 		return req, ReasonSelector, false
 	}
 	if shardSelector != "" && res.Aggregated {

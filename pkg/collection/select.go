@@ -4,8 +4,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/stores"
 )
 
 // Selection is where a request's objects lie in a snapshot of its store and
@@ -60,7 +60,7 @@ func (r Request) Select(first bool) Selection {
 	}
 	// The watch cache consults its spec.nodeName index; the registry
 	// indexes a pods store whose objects carry their fields.
-	if node, ok := r.Fields.RequiresExactMatch("spec.nodeName"); ok && r.Resource.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && stores.FieldsFromObject(r.Resource, r.Format) {
+	if node, ok := r.Fields.RequiresExactMatch("spec.nodeName"); ok && r.Resource.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && catalog.FieldsFromObject(r.Resource, r.Format) {
 		sel.IndexValue = &node
 		if r.Labels.Empty() && len(r.Fields.Requirements()) == 1 && r.Shard == nil {
 			sel.Match = nil // the index already selects exactly these

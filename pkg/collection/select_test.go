@@ -7,7 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/listproxy/listproxy/pkg/stores"
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -19,9 +19,9 @@ import (
 // still applied unless the index alone selects exactly; a continuation
 // page keeps its token's scope and the index only.
 func TestSelect(t *testing.T) {
-	pods := stores.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
-	nodes := stores.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, "Node", false, false)
-	widgets := stores.NewResource(schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "widgets"}, "Widget", true, true)
+	pods := catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
+	nodes := catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "nodes"}, "Node", false, false)
+	widgets := catalog.NewResource(schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "widgets"}, "Widget", true, true)
 	type want struct {
 		namespace string
 		single    bool
@@ -31,7 +31,7 @@ func TestSelect(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name          string
-		res           *stores.Resource
+		res           *catalog.Resource
 		format        wire.Format // JSON when unset
 		namespace     string
 		labels, field string

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	shardparser "k8s.io/apiserver/pkg/sharding"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/table"
@@ -31,10 +32,10 @@ import (
 // stays one listproxy answers). On a resource of an aggregated API it
 // passes through.
 func TestParseShardSelector(t *testing.T) {
-	pods := stores.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
-	metrics := stores.NewResource(schema.GroupVersionResource{Group: "metrics.k8s.io", Version: "v1beta1", Resource: "pods"}, "PodMetrics", true, false)
+	pods := catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
+	metrics := catalog.NewResource(schema.GroupVersionResource{Group: "metrics.k8s.io", Version: "v1beta1", Resource: "pods"}, "PodMetrics", true, false)
 	metrics.Aggregated = true
-	reg, err := stores.NewStatic(context.Background(), stores.Config{}, []*stores.Resource{pods, metrics})
+	reg, err := stores.NewStatic(context.Background(), stores.Config{}, []*catalog.Resource{pods, metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func TestShardMatch(t *testing.T) {
 	if !ok {
 		t.Fatal("no Table rules for configmaps on 1.37")
 	}
-	pods := stores.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
+	pods := catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
 	rng := rand.New(rand.NewPCG(1, 2))
 	objects := make([]*corev1.Pod, 200)
 	entries := make([]map[wire.Format]*snapshot.Entry, len(objects))
@@ -222,7 +223,7 @@ func TestShardMatch(t *testing.T) {
 // Match on a selection the pods' node index would otherwise select
 // exactly.
 func TestShardSelect(t *testing.T) {
-	pods := stores.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
+	pods := catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
 	fs, err := fields.ParseSelector("spec.nodeName=n1")
 	if err != nil {
 		t.Fatal(err)
@@ -251,11 +252,11 @@ func TestShardSelect(t *testing.T) {
 // ShardInfo echoes the canonical selector on built-in resources' JSON and
 // protobuf lists only, as the apiserver's list types do.
 func TestShardInfo(t *testing.T) {
-	pods := stores.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
-	widgets := stores.NewResource(schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "widgets"}, "Widget", true, true)
+	pods := catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
+	widgets := catalog.NewResource(schema.GroupVersionResource{Group: "demo.listproxy.io", Version: "v1", Resource: "widgets"}, "Widget", true, true)
 	const canonical = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
 	for _, tc := range []struct {
-		res    *stores.Resource
+		res    *catalog.Resource
 		format wire.Format
 		want   string
 	}{
@@ -283,7 +284,7 @@ func TestShardInfo(t *testing.T) {
 // alone, and not at all with any other selector, a shard's included.
 func TestShardGzipCache(t *testing.T) {
 	const shard = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
-	pods := stores.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
+	pods := catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
 	app, err := labels.Parse("app=a")
 	if err != nil {
 		t.Fatal(err)

@@ -12,10 +12,10 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/listproxy/listproxy/pkg/admission"
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/stores"
 )
 
 // TestAdmit: a response of known weight selects its page once admitted; one
@@ -140,7 +140,7 @@ func TestEstimateWeight(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			l := &Lists{cfg: Config{LimitForRV0: tc.limitForRV0}}
-			res := &stores.Resource{NoWatchCache: tc.noWatchCache}
+			res := &catalog.Resource{NoWatchCache: tc.noWatchCache}
 			req := listRequest{Request: collection.Request{Path: collection.Path{Namespace: tc.namespace}, Resource: res, Selective: tc.selectors}, query: listQuery{limit: tc.limit}}
 			if got := l.estimateWeight(req, paging.Decision{Action: tc.action}, tc.token, snap); got != tc.want {
 				t.Errorf("estimateWeight = %d, want %d", got, tc.want)

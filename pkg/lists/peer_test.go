@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
@@ -48,7 +49,7 @@ func TestPeerListServedFromSyncedStore(t *testing.T) {
 // list instead of passing it through (pkg/proxy).
 func TestPeerListDeclined(t *testing.T) {
 	nodes := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
-	l, _ := newServeTestListsWith(t, Config{}, stores.Config{ColdStoreWait: time.Hour}, 0, nil, 0, stores.NewResource(nodes, "Node", false, false))
+	l, _ := newServeTestListsWith(t, Config{}, stores.Config{ColdStoreWait: time.Hour}, 0, nil, 0, catalog.NewResource(nodes, "Node", false, false))
 	tests := []struct {
 		name   string
 		path   string

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/collection"
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/paging"
@@ -35,7 +36,7 @@ func resolveFixture(t *testing.T) (*Lists, *paging.Keyring) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	reg, err := stores.NewStatic(ctx, stores.Config{}, nil, stores.StaticStore{
-		Resource: stores.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store,
+		Resource: catalog.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestSmallScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods := stores.NewResource(podsGVR, "Pod", true, false)
+	pods := catalog.NewResource(podsGVR, "Pod", true, false)
 	tests := []struct {
 		name      string
 		namespace string

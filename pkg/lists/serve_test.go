@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
@@ -40,7 +41,7 @@ func newServeTestLists(t testing.TB, cfg Config, entries []*snapshot.Entry, rv u
 // newServeTestListsWith is newServeTestLists with the registry's config
 // scfg, the JSON store's published bytes, and more resources known to the
 // registry (without stores). An entries of nil leaves the store unsynced.
-func newServeTestListsWith(t testing.TB, cfg Config, scfg stores.Config, storeBytes int64, entries []*snapshot.Entry, rv uint64, more ...*stores.Resource) (*Lists, *snapshot.Store) {
+func newServeTestListsWith(t testing.TB, cfg Config, scfg stores.Config, storeBytes int64, entries []*snapshot.Entry, rv uint64, more ...*catalog.Resource) (*Lists, *snapshot.Store) {
 	t.Helper()
 	if cfg.Keys == nil {
 		keys, err := paging.NewRandomKeyring()
@@ -55,7 +56,7 @@ func newServeTestListsWith(t testing.TB, cfg Config, scfg stores.Config, storeBy
 	if entries != nil {
 		store.Replace(entries, rv)
 	}
-	pods := stores.NewResource(podsGVR, "Pod", true, false)
+	pods := catalog.NewResource(podsGVR, "Pod", true, false)
 	reg, err := stores.NewStatic(ctx, scfg, more, stores.StaticStore{
 		Resource: pods, Format: wire.JSON, Store: store, Bytes: storeBytes,
 		Envelope: wire.ListEnvelope{APIVersion: "v1", Kind: "PodList"},

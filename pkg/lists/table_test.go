@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/httpapi"
 	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
@@ -44,7 +45,7 @@ func newTableTestLists(t *testing.T, n, pad int, otherColumns map[int]bool) (*Li
 	if !ok {
 		t.Fatal("no Table rules for configmaps on 1.37")
 	}
-	res := stores.NewResource(configmapsGVR, "ConfigMap", true, false)
+	res := catalog.NewResource(configmapsGVR, "ConfigMap", true, false)
 	res.Table, res.TableServed = rules, true
 	head := &stores.TableHead{Columns: &stores.TableColumns{JSON: []byte(tableColumns)}}
 	older := &stores.TableColumns{JSON: []byte(`[]`)}

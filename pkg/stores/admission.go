@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -85,12 +86,12 @@ func refusedLabel(reason string) string {
 
 // isPreloaded reports whether Config.Preload names the store of info in
 // format (in the resource's preferred version).
-func (reg *Registry) isPreloaded(info *Resource, format wire.Format) bool {
+func (reg *Registry) isPreloaded(info *catalog.Resource, format wire.Format) bool {
 	for _, p := range reg.cfg.Preload {
 		if p.Resource != info.GVR.GroupResource() || p.formatFor(info) != format {
 			continue
 		}
-		if preferred, ok := reg.catalog.preferred(p.Resource); ok && preferred.GVR == info.GVR {
+		if preferred, ok := reg.catalog.Preferred(p.Resource); ok && preferred.GVR == info.GVR {
 			return true
 		}
 	}
@@ -153,13 +154,13 @@ func (e *storeEntry) budgetBytes() int64 {
 
 // authorizedToStart reports whether the caller of ctx may start a store of
 // info: always without Config.AuthorizeStart (sidecar mode).
-func (reg *Registry) authorizedToStart(ctx context.Context, info *Resource) bool {
+func (reg *Registry) authorizedToStart(ctx context.Context, info *catalog.Resource) bool {
 	return reg.cfg.AuthorizeStart == nil || reg.cfg.AuthorizeStart(ctx, info.GVR)
 }
 
 // refuseStart counts and logs a store not started for a request; used is
 // what the stores counted against the budget (storeBytesLocked).
-func (reg *Registry) refuseStart(info *Resource, format wire.Format, reason string, used int64) {
+func (reg *Registry) refuseStart(info *catalog.Resource, format wire.Format, reason string, used int64) {
 	reg.cfg.Metrics.refused(info.GVR.GroupResource().String(), refusedLabel(reason))
 	klog.V(2).InfoS("Snapshot store not started; the request passes through", "resource", info.GVR.String(), "format", format.String(),
 		"reason", reason, "storeBytesWithReservations", used, "maxStoreBytes", reg.cfg.MaxStoreBytes)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/rest"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -45,11 +46,11 @@ func TestAdmitStart(t *testing.T) {
 
 // thingResources returns n cluster-scoped custom resources things0, things1,
 // ... of example.com/v1.
-func thingResources(n int) []*Resource {
-	var out []*Resource
+func thingResources(n int) []*catalog.Resource {
+	var out []*catalog.Resource
 	for i := range n {
 		gvr := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: fmt.Sprintf("things%d", i)}
-		out = append(out, NewResource(gvr, "Thing", false, true))
+		out = append(out, catalog.NewResource(gvr, "Thing", false, true))
 	}
 	return out
 }
@@ -109,7 +110,7 @@ func TestBudgetReservesListingStores(t *testing.T) {
 	}
 
 	type result struct {
-		res    *Resource
+		res    *catalog.Resource
 		h      *Handle
 		reason string
 	}
@@ -201,7 +202,7 @@ func TestBudgetReleasesFailingList(t *testing.T) {
 	synced := snapshot.NewStore(snapshot.StoreConfig{})
 	synced.Replace(nil, 1)
 	reg, err := NewStatic(ctx, Config{Upstream: &rest.Config{Host: upstream.URL}, MaxStoreBytes: budget},
-		[]*Resource{failing, other}, StaticStore{Resource: running, Format: wire.JSON, Store: synced, Bytes: held})
+		[]*catalog.Resource{failing, other}, StaticStore{Resource: running, Format: wire.JSON, Store: synced, Bytes: held})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,9 +235,9 @@ func TestBudgetReleasesFailingList(t *testing.T) {
 func TestReservationEstimate(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pods := NewResource(podsGVR, "Pod", true, false)
+	pods := catalog.NewResource(podsGVR, "Pod", true, false)
 	thing := thingResources(1)[0]
-	reg, err := NewStatic(ctx, Config{MaxStoreBytes: 1600}, []*Resource{thing},
+	reg, err := NewStatic(ctx, Config{MaxStoreBytes: 1600}, []*catalog.Resource{thing},
 		StaticStore{Resource: pods, Format: wire.JSON, Store: snapshot.NewStore(snapshot.StoreConfig{}), Bytes: 5000})
 	if err != nil {
 		t.Fatal(err)

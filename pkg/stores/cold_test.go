@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -53,7 +54,7 @@ func TestParsePreload(t *testing.T) {
 		{got[0], true, wire.JSON},
 		{got[1], false, wire.JSON},
 	} {
-		if f := tc.p.formatFor(&Resource{Custom: tc.custom}); f != tc.want {
+		if f := tc.p.formatFor(&catalog.Resource{Custom: tc.custom}); f != tc.want {
 			t.Errorf("%s (custom %v): format %v, want %v", tc.p, tc.custom, f, tc.want)
 		}
 	}

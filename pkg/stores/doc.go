@@ -1,7 +1,8 @@
 // Package stores is the registry of listproxy's snapshot stores: one per
-// cacheable resource and representation. It reads discovery (resources,
-// their selectable fields, deprecation warnings, the apiserver's feature
-// gates), starts a store on the first demand of a caller admitted to start
+// cacheable resource and representation. It keeps discovery fresh through
+// a catalog.Catalog (resources, their selectable fields, deprecation
+// warnings, the apiserver's feature gates) and drops the stores of the
+// resources a refresh changed, starts a store on the first demand of a caller admitted to start
 // it (admission.go) or because it is preloaded, feeds it from the
 // apiserver (its first list optionally from a peer replica), proves its
 // freshness with etcd or through the apiserver (a freshness.Prover per

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -33,9 +34,9 @@ const (
 // store, with entries built and packed as the stores build them.
 func TestEntryOverhead(t *testing.T) {
 	const n = 20000
-	info := &Resource{
+	info := &catalog.Resource{
 		GVR: schema.GroupVersionResource{Version: "v1", Resource: "pods"}, Kind: "Pod", Namespaced: true,
-		Fields: fieldsFor(schema.GroupResource{Resource: "pods"}, false, true, nil),
+		Fields: catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false).Fields,
 	}
 	var ok bool
 	info.Table, ok = table.For(37, info.GVR.GroupResource())

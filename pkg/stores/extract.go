@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -12,7 +13,7 @@ import (
 // newExtractor returns how one resource's items in one representation become
 // snapshot entries: metadata and selectable field values are read once, the
 // bytes are kept as they are.
-func newExtractor(info *Resource, format wire.Format) snapshot.Extractor {
+func newExtractor(info *catalog.Resource, format wire.Format) snapshot.Extractor {
 	entryOf := newEntryMaker(info, format)
 	return func(raw []byte) (*snapshot.Entry, error) { return entryOf(raw, raw) }
 }
@@ -20,16 +21,16 @@ func newExtractor(info *Resource, format wire.Format) snapshot.Extractor {
 // newEntryMaker returns how an entry storing stored is made from object,
 // one of the resource's objects in format: its metadata and selectable
 // field values are read from object.
-func newEntryMaker(info *Resource, format wire.Format) func(object, stored []byte) (*snapshot.Entry, error) {
-	var specs []fieldSpec
+func newEntryMaker(info *catalog.Resource, format wire.Format) func(object, stored []byte) (*snapshot.Entry, error) {
+	var specs []catalog.FieldSpec
 	var paths []wire.FieldPath
 	if !format.IsMeta() {
-		for _, s := range info.Fields.specs {
-			if s.label == "metadata.name" || s.label == "metadata.namespace" {
+		for _, s := range info.Fields.Specs() {
+			if s.Label == "metadata.name" || s.Label == "metadata.namespace" {
 				continue // every entry answers these itself
 			}
 			specs = append(specs, s)
-			for _, p := range s.paths {
+			for _, p := range s.Paths {
 				paths = append(paths, wire.FieldPath{Path: p})
 			}
 		}
@@ -37,9 +38,9 @@ func newEntryMaker(info *Resource, format wire.Format) func(object, stored []byt
 	names := make([]string, len(specs))
 	var perObject []string
 	for i, s := range specs {
-		names[i] = s.label
-		if s.perObject {
-			perObject = append(perObject, s.label)
+		names[i] = s.Label
+		if s.PerObject {
+			perObject = append(perObject, s.Label)
 		}
 	}
 	fieldNames := snapshot.NewFieldNamesPerObject(names, perObject)
@@ -61,31 +62,11 @@ func newEntryMaker(info *Resource, format wire.Format) func(object, stored []byt
 			}
 			values = make([]string, len(specs))
 			for i, s := range specs {
-				values[i] = fieldValue(s, found)
+				values[i] = s.Value(found)
 			}
 		}
 		return snapshot.NewEntry(m.Namespace, m.Name, rv, m.Labels, fieldNames, values, stored), nil
 	}
-}
-
-// fieldValue renders a field as the apiserver's field set does.
-func fieldValue(s fieldSpec, values map[string]string) string {
-	v := ""
-	for _, p := range s.paths {
-		if v = values[p]; v != "" {
-			break
-		}
-	}
-	if v != "" {
-		return v
-	}
-	switch s.kind {
-	case fieldBool:
-		return "false"
-	case fieldInt:
-		return "0"
-	}
-	return ""
 }
 
 // ObjectUID reads the metadata.uid of e's object, stored in format f (a

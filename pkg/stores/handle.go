@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -23,7 +24,7 @@ type Handle struct {
 // returns why (ReasonNotStarted before Run, ReasonStoreNotAuthorized,
 // ReasonStoreOverBudget) and ok false. existingOnly starts no store (a
 // peer's list is served from a running store or declined).
-func (reg *Registry) Acquire(ctx context.Context, res *Resource, format wire.Format, existingOnly bool) (h *Handle, reason string, ok bool) {
+func (reg *Registry) Acquire(ctx context.Context, res *catalog.Resource, format wire.Format, existingOnly bool) (h *Handle, reason string, ok bool) {
 	var e *storeEntry
 	if format == wire.Table && reg.tablesRefused(res.GVR) {
 		return nil, ReasonTableRefused, false

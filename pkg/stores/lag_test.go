@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 )
 
@@ -79,7 +80,7 @@ func TestCheckLag(t *testing.T) {
 			}
 
 			reg := &Registry{cfg: Config{WatchLagTimeout: tc.lagTimeout}}
-			entry := &storeEntry{store: store, feeder: feeder, info: &Resource{GVR: podsGVR}, ctx: ctx}
+			entry := &storeEntry{store: store, feeder: feeder, info: &catalog.Resource{GVR: podsGVR}, ctx: ctx}
 			reg.checkLag(entry, tc.rv, time.Now())
 			if tc.wantNoCheck {
 				if entry.lagCheck.Load() {
@@ -134,7 +135,7 @@ func TestWatchStalledWithoutEtcd(t *testing.T) {
 	store := snapshot.NewStore(snapshot.StoreConfig{})
 	store.Replace(nil, 10)
 	reg := &Registry{}
-	entry := &storeEntry{store: store, info: &Resource{GVR: podsGVR}, ctx: context.Background()}
+	entry := &storeEntry{store: store, info: &catalog.Resource{GVR: podsGVR}, ctx: context.Background()}
 	if reg.watchStalled(context.Background(), entry) {
 		t.Error("watchStalled without etcd = true, want false")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/client-go/rest"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -345,8 +346,8 @@ func TestPeerListRejectedFallsBack(t *testing.T) {
 	defer upstream.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pods := NewResource(podsGVR, "Pod", true, false)
-	reg, err := NewStatic(ctx, Config{Upstream: &rest.Config{Host: upstream.URL}, ColdStoreWait: time.Minute}, []*Resource{pods})
+	pods := catalog.NewResource(podsGVR, "Pod", true, false)
+	reg, err := NewStatic(ctx, Config{Upstream: &rest.Config{Host: upstream.URL}, ColdStoreWait: time.Minute}, []*catalog.Resource{pods})
 	if err != nil {
 		t.Fatal(err)
 	}

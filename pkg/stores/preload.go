@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
@@ -36,7 +37,7 @@ func (p Preload) String() string {
 // one, which is what client-go's typed clients and informers ask for
 // (k8s.io/client-go/gentype prefers protobuf for built-in types; custom
 // resources have no protobuf).
-func (p Preload) formatFor(info *Resource) wire.Format {
+func (p Preload) formatFor(info *catalog.Resource) wire.Format {
 	switch {
 	case p.Explicit:
 		return p.Format
@@ -117,7 +118,7 @@ func (reg *Registry) Ready() error {
 		return errors.New("discovery not read yet")
 	}
 	for _, p := range reg.cfg.Preload {
-		info, ok := reg.catalog.preferred(p.Resource)
+		info, ok := reg.catalog.Preferred(p.Resource)
 		if !ok || p.formatFor(info) == wire.Table && !info.TableServed {
 			continue
 		}
@@ -139,7 +140,7 @@ func (reg *Registry) Ready() error {
 func (reg *Registry) ensurePreloaded() {
 	var missing int64
 	for _, p := range reg.cfg.Preload {
-		info, ok := reg.catalog.preferred(p.Resource)
+		info, ok := reg.catalog.Preferred(p.Resource)
 		if ok && p.formatFor(info) == wire.Table && !info.TableServed {
 			// Its Tables pass through: no store to keep.
 			ok = false

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/consistency"
 
 	"github.com/listproxy/listproxy/pkg/freshness"
@@ -43,7 +44,7 @@ type Config struct {
 	// only what the peer is to be sent, and redirects are never followed.
 	Peer *rest.Config
 	// Resources selects the cached resources.
-	Resources ResourceFilter
+	Resources catalog.ResourceFilter
 	// History, HistoryMaxBytes and HistoryMaxRatio bound each store's
 	// snapshot history (see snapshot.StoreConfig).
 	History         time.Duration
@@ -162,7 +163,7 @@ type Registry struct {
 	// apiserverProof proves consistent reads through the apiserver (see
 	// Config.ProveThroughAPIServer); nil without it.
 	apiserverProof *freshness.APIServer
-	catalog        *catalog
+	catalog        *catalog.Catalog
 	// peerClient and peerHost reach Config.Peer; nil without one.
 	peerClient *http.Client
 	peerHost   string
@@ -193,7 +194,7 @@ type storeKey struct {
 type storeEntry struct {
 	store    *snapshot.Store
 	source   *apiSource
-	info     *Resource
+	info     *catalog.Resource
 	ctx      context.Context
 	cancel   context.CancelFunc
 	lastUsed atomic.Int64 // unix nanoseconds of the last release or acquire
@@ -244,7 +245,7 @@ func New(cfg Config) (*Registry, error) {
 		cfg:          cfg,
 		clock:        clockOrReal(cfg.Clock),
 		client:       client,
-		catalog:      &catalog{discovery: disc, dynamic: dyn, filter: cfg.Resources, tableRules: cfg.TableRules},
+		catalog:      catalog.New(catalog.Config{Discovery: disc, Dynamic: dyn, Filter: cfg.Resources, TableRules: cfg.TableRules}),
 		stores:       map[storeKey]*storeEntry{},
 		tableRefused: map[schema.GroupVersionResource]time.Time{},
 	}
@@ -277,7 +278,7 @@ func New(cfg Config) (*Registry, error) {
 func (reg *Registry) Run(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for {
-		_, err := reg.catalog.refresh(ctx)
+		_, err := reg.catalog.Refresh(ctx)
 		if err == nil {
 			break
 		}
@@ -313,7 +314,7 @@ func (reg *Registry) Run(ctx context.Context) {
 // refreshDiscovery re-reads discovery and drops the stores of resources
 // that are gone or changed; on failure it keeps the previous view.
 func (reg *Registry) refreshDiscovery(ctx context.Context) {
-	dropped, err := reg.catalog.refresh(ctx)
+	dropped, err := reg.catalog.Refresh(ctx)
 	if err != nil {
 		klog.ErrorS(err, "Refreshing discovery failed; keeping the previous view")
 		return
@@ -345,17 +346,17 @@ func clockOrReal(c clock.WithTicker) clock.WithTicker {
 }
 
 // Lookup returns what discovery says about gvr, if listproxy caches it.
-func (reg *Registry) Lookup(gvr schema.GroupVersionResource) (*Resource, bool) {
-	return reg.catalog.lookup(gvr)
+func (reg *Registry) Lookup(gvr schema.GroupVersionResource) (*catalog.Resource, bool) {
+	return reg.catalog.Lookup(gvr)
 }
 
 // WatchListDefaults reports whether the apiserver turns a watch from
 // resourceVersion "" or "0" without sendInitialEvents into a watch-list.
-func (reg *Registry) WatchListDefaults() bool { return reg.catalog.watchListDefaults() }
+func (reg *Registry) WatchListDefaults() bool { return reg.catalog.WatchListDefaults() }
 
 // WatchListGzip reports whether the apiserver gzips watch-list responses
 // for clients that accept it.
-func (reg *Registry) WatchListGzip() bool { return reg.catalog.watchListGzip() }
+func (reg *Registry) WatchListGzip() bool { return reg.catalog.WatchListGzip() }
 
 // ProvesConsistentReads reports whether consistent reads can be proven,
 // with etcd or through the apiserver; otherwise they pass through.
@@ -438,11 +439,11 @@ func (reg *Registry) releaseHold(e *storeEntry) {
 // heldStore returns the store of info in format, held (holdLocked), if one
 // is running and was built for info's current discovery, else nil; it
 // starts none.
-func (reg *Registry) heldStore(info *Resource, format wire.Format) *storeEntry {
+func (reg *Registry) heldStore(info *catalog.Resource, format wire.Format) *storeEntry {
 	reg.mu.RLock()
 	defer reg.mu.RUnlock()
 	e, ok := reg.stores[storeKey{gvr: info.GVR, format: format}]
-	if !ok || e.info.fingerprint != info.fingerprint {
+	if !ok || e.info.Fingerprint() != info.Fingerprint() {
 		return nil
 	}
 	reg.holdLocked(e)
@@ -455,7 +456,7 @@ func (reg *Registry) heldStore(info *Resource, format wire.Format) *storeEntry {
 // (admission.go); preload starts a preloaded store. Without a store it
 // returns the pass-through reason: ReasonNotStarted before Run, or why the
 // store was not started.
-func (reg *Registry) storeFor(ctx context.Context, info *Resource, format wire.Format, preload bool) (*storeEntry, string, bool) {
+func (reg *Registry) storeFor(ctx context.Context, info *catalog.Resource, format wire.Format, preload bool) (*storeEntry, string, bool) {
 	if e := reg.heldStore(info, format); e != nil {
 		return e, "", true
 	}
@@ -471,7 +472,7 @@ func (reg *Registry) storeFor(ctx context.Context, info *Resource, format wire.F
 		return nil, ReasonNotStarted, false
 	}
 	e, ok := reg.stores[key]
-	if ok && e.info.fingerprint == info.fingerprint {
+	if ok && e.info.Fingerprint() == info.Fingerprint() {
 		reg.holdLocked(e)
 		return e, "", true
 	}
@@ -493,9 +494,9 @@ func (reg *Registry) storeFor(ctx context.Context, info *Resource, format wire.F
 
 // newStoreLocked builds the store of info in format with its feeder and
 // prover, and starts the feeder under reg.ctx.
-func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEntry {
+func (reg *Registry) newStoreLocked(info *catalog.Resource, format wire.Format) *storeEntry {
 	indexField := ""
-	if info.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && FieldsFromObject(info, format) {
+	if info.GVR.GroupResource() == (schema.GroupResource{Resource: "pods"}) && catalog.FieldsFromObject(info, format) {
 		indexField = "spec.nodeName"
 	}
 	observe := reg.cfg.StoreMetrics.For(info.GVR.GroupResource().String(), format.String())
@@ -521,7 +522,7 @@ func (reg *Registry) newStoreLocked(info *Resource, format wire.Format) *storeEn
 	e.source = &apiSource{client: reg.client, host: strings.TrimSuffix(reg.cfg.Upstream.Host, "/"), path: collectionPath(info.GVR), format: format, custom: info.Custom}
 	extract := newExtractor(info, format)
 	if format == wire.Table {
-		e.source.table = &tableFeed{rules: info.Table, columnNames: info.TableColumns, watchLists: reg.catalog.watchListDefaults}
+		e.source.table = &tableFeed{rules: info.Table, columnNames: info.TableColumns, watchLists: reg.catalog.WatchListDefaults}
 		extract = newTableExtractor(info, e.source.table, reg.clock.Now, reg.cfg.Metrics, func(err error) { reg.refuseTables(info, err) })
 	}
 	e.ctx, e.cancel = context.WithCancel(reg.ctx)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -21,7 +22,7 @@ import (
 func TestIdleStoresDropped(t *testing.T) {
 	const ttl = time.Minute
 	clk := testingclock.NewFakeClock(time.Now())
-	pods := NewResource(podsGVR, "Pod", true, false)
+	pods := catalog.NewResource(podsGVR, "Pod", true, false)
 	synced := func() *snapshot.Store {
 		s := snapshot.NewStore(snapshot.StoreConfig{})
 		s.Replace(nil, 1)
@@ -105,7 +106,7 @@ func TestAcquireRacesIdleDrop(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := testingclock.NewFakeClock(time.Now())
-			pods := NewResource(podsGVR, "Pod", true, false)
+			pods := catalog.NewResource(podsGVR, "Pod", true, false)
 			synced := snapshot.NewStore(snapshot.StoreConfig{})
 			synced.Replace(nil, 1)
 			ctx, cancel := context.WithCancel(context.Background())
@@ -117,7 +118,7 @@ func TestAcquireRacesIdleDrop(t *testing.T) {
 			} else {
 				running = append(running, StaticStore{Resource: pods, Format: wire.JSON, Store: synced})
 			}
-			reg, err := NewStatic(ctx, cfg, []*Resource{pods}, running...)
+			reg, err := NewStatic(ctx, cfg, []*catalog.Resource{pods}, running...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,14 +157,14 @@ func TestPreloadLeavesNoHold(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 	defer upstream.Close()
 	clk := testingclock.NewFakeClock(time.Now())
-	pods := NewResource(podsGVR, "Pod", true, false)
+	pods := catalog.NewResource(podsGVR, "Pod", true, false)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	preload, err := ParsePreload([]string{"pods/json"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := NewStatic(ctx, Config{IdleTTL: ttl, Clock: clk, Upstream: &rest.Config{Host: upstream.URL}, Preload: preload}, []*Resource{pods})
+	reg, err := NewStatic(ctx, Config{IdleTTL: ttl, Clock: clk, Upstream: &rest.Config{Host: upstream.URL}, Preload: preload}, []*catalog.Resource{pods})
 	if err != nil {
 		t.Fatal(err)
 	}

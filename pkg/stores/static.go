@@ -2,31 +2,21 @@ package stores
 
 import (
 	"context"
-	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
 
-// NewResource describes a built-in resource (or, with custom, a custom
-// resource without selectable fields) as discovery would, for a registry
-// built with NewStatic.
-func NewResource(gvr schema.GroupVersionResource, kind string, namespaced, custom bool) *Resource {
-	return &Resource{
-		GVR: gvr, Kind: kind, Namespaced: namespaced, Custom: custom,
-		Fields:      fieldsFor(gvr.GroupResource(), custom, namespaced, nil),
-		fingerprint: fmt.Sprintf("%s/%v/%v", kind, namespaced, custom),
-	}
-}
-
 // StaticStore is a running store given to NewStatic.
 type StaticStore struct {
-	Resource *Resource
+	Resource *catalog.Resource
 	Format   wire.Format
 	// Store is the store, synced or not; it has no feeder, so it changes
 	// only as its owner changes it.
@@ -47,7 +37,7 @@ type StaticStore struct {
 // set it starts other stores on demand, listing from there; without, it
 // starts none (ReasonNotStarted, as before Run). Every store stops with
 // ctx. cfg.Freshness is ignored: consistent reads pass through.
-func NewStatic(ctx context.Context, cfg Config, resources []*Resource, stores ...StaticStore) (*Registry, error) {
+func NewStatic(ctx context.Context, cfg Config, resources []*catalog.Resource, stores ...StaticStore) (*Registry, error) {
 	running := ctx
 	if cfg.Upstream == nil {
 		cfg.Upstream, running = &rest.Config{Host: "http://127.0.0.1:1"}, nil
@@ -57,20 +47,20 @@ func NewStatic(ctx context.Context, cfg Config, resources []*Resource, stores ..
 	if err != nil {
 		return nil, err
 	}
+	known := slices.Clone(resources)
+	for _, s := range stores {
+		known = append(known, s.Resource)
+	}
 	reg := &Registry{
 		cfg:          cfg,
 		clock:        clockOrReal(cfg.Clock),
 		client:       client,
-		catalog:      &catalog{resources: map[schema.GroupVersionResource]*Resource{}},
+		catalog:      catalog.NewStatic(known...),
 		stores:       map[storeKey]*storeEntry{},
 		tableRefused: map[schema.GroupVersionResource]time.Time{},
 		ctx:          running,
 	}
-	for _, res := range resources {
-		reg.catalog.resources[res.GVR] = res
-	}
 	for _, s := range stores {
-		reg.catalog.resources[s.Resource.GVR] = s.Resource
 		e := &storeEntry{store: s.Store, info: s.Resource, source: &apiSource{format: s.Format}, started: reg.clock.Now()}
 		e.ctx, e.cancel = context.WithCancel(ctx)
 		e.source.envelope.Store(&s.Envelope)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -353,7 +354,7 @@ func (w tableWatch) Next() (snapshot.WatchEvent, error) {
 // watch; the tableRejectLimit-th within tableRejectPeriod refuses the
 // resource's Tables (refuse). m, which may be nil, counts rejected rows
 // and observes how far ahead the apiserver's clock is.
-func newTableExtractor(info *Resource, feed *tableFeed, now func() time.Time, m *Metrics, refuse func(error)) snapshot.Extractor {
+func newTableExtractor(info *catalog.Resource, feed *tableFeed, now func() time.Time, m *Metrics, refuse func(error)) snapshot.Extractor {
 	objectFormat := wire.MetaJSON
 	if info.Table.Object {
 		objectFormat = wire.JSON
@@ -398,7 +399,7 @@ func tableRejectReason(err error) string {
 
 // refuseTables refuses gvr's Tables for tableRefusal and drops its Table
 // store; err is the last row's rejection.
-func (reg *Registry) refuseTables(info *Resource, err error) {
+func (reg *Registry) refuseTables(info *catalog.Resource, err error) {
 	resource := info.GVR.GroupResource().String()
 	klog.ErrorS(err, "Table rows do not follow listproxy's rules on this apiserver; its Tables pass through", "resource", resource, "rejected", tableRejectLimit, "within", tableRejectPeriod, "for", tableRefusal)
 	reg.mu.Lock()

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/duration"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -114,10 +115,10 @@ func TestTableColumnsOfTheCRD(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "built_in", columns: cols("Name", "Anything")},
-		{name: "the_crds", expect: crdVersion{names: []string{"Size", "Created"}}.columnNames(), columns: cols("Name", "Size", "Created")},
-		{name: "default_age", expect: crdVersion{}.columnNames(), columns: cols("Name", "Age")},
-		{name: "older_set", expect: crdVersion{names: []string{"Size", "Created"}}.columnNames(), columns: cols("Name", "Color", "Size", "Note", "Created"), wantErr: true},
-		{name: "renamed", expect: crdVersion{names: []string{"Size"}}.columnNames(), columns: cols("Name", "Bytes"), wantErr: true},
+		{name: "the_crds", expect: []string{"Name", "Size", "Created"}, columns: cols("Name", "Size", "Created")},
+		{name: "default_age", expect: []string{"Name", "Age"}, columns: cols("Name", "Age")},
+		{name: "older_set", expect: []string{"Name", "Size", "Created"}, columns: cols("Name", "Color", "Size", "Note", "Created"), wantErr: true},
+		{name: "renamed", expect: []string{"Name", "Size"}, columns: cols("Name", "Bytes"), wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			feed := &tableFeed{columnNames: tc.expect}
@@ -205,9 +206,9 @@ func TestTableListAsksBookmarkRow(t *testing.T) {
 }
 
 // configMapsTable is the configmaps resource with its Table rules on 1.37.
-func configMapsTable(t *testing.T) *Resource {
+func configMapsTable(t *testing.T) *catalog.Resource {
 	t.Helper()
-	res := NewResource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true, false)
+	res := catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", true, false)
 	rules, ok := table.For(37, res.GVR.GroupResource())
 	if !ok {
 		t.Fatal("no Table rules for configmaps on 1.37")
@@ -230,7 +231,7 @@ func configMapRow(created, rendered time.Time, age string) []byte {
 // tableStoreRegistry is a registry running a Table store of res, with a
 // fake clock at start and metrics, and that store's extractor as a
 // registry builds it (newStoreLocked).
-func tableStoreRegistry(t *testing.T, ctx context.Context, res *Resource, start time.Time) (*Registry, *testingclock.FakeClock, *Metrics, snapshot.Extractor) {
+func tableStoreRegistry(t *testing.T, ctx context.Context, res *catalog.Resource, start time.Time) (*Registry, *testingclock.FakeClock, *Metrics, snapshot.Extractor) {
 	t.Helper()
 	clk := testingclock.NewFakeClock(start)
 	m, err := NewMetrics(prometheus.NewRegistry())

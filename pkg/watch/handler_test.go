@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -32,7 +33,7 @@ func podsRegistry(t *testing.T, store *snapshot.Store, coldWait time.Duration) *
 		store = snapshot.NewStore(snapshot.StoreConfig{})
 	}
 	reg, err := stores.NewStatic(ctx, stores.Config{ColdStoreWait: coldWait}, nil, stores.StaticStore{
-		Resource: stores.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store,
+		Resource: catalog.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store,
 	})
 	if err != nil {
 		t.Fatal(err)

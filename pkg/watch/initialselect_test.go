@@ -14,6 +14,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -56,7 +57,7 @@ func podsHandler(tb testing.TB, store *snapshot.Store) *Handler {
 	ctx, cancel := context.WithCancel(context.Background())
 	tb.Cleanup(cancel)
 	reg, err := stores.NewStatic(ctx, stores.Config{}, nil, stores.StaticStore{
-		Resource: stores.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store,
+		Resource: catalog.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store,
 	})
 	if err != nil {
 		tb.Fatal(err)

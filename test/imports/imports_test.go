@@ -19,21 +19,25 @@ const module = "github.com/listproxy/listproxy/"
 // table fails the test: a new package states its place here.
 var allowed = map[string][]string{
 	"cmd/listproxy":     {"cmd/listproxy/app"},
-	"cmd/listproxy/app": {"pkg/admission", "pkg/auth", "pkg/consistency", "pkg/freshness", "pkg/lists", "pkg/paging", "pkg/proxy", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/watch", "pkg/wire"},
+	"cmd/listproxy/app": {"pkg/admission", "pkg/auth", "pkg/catalog", "pkg/consistency", "pkg/freshness", "pkg/lists", "pkg/paging", "pkg/proxy", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/watch", "pkg/wire"},
 
 	"pkg/proxy": {"pkg/auth", "pkg/httpapi"},
 	// The LIST and watch servers: each reaches its store through the
 	// registry and parses its request with collection; neither imports
 	// the other. The LIST server admits its responses with admission;
 	// the watch server takes the same queue as its own Admitter.
-	"pkg/lists":      {"pkg/admission", "pkg/collection", "pkg/freshness", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire", "pkg/gzstitch", "pkg/httpapi"},
-	"pkg/watch":      {"pkg/collection", "pkg/freshness", "pkg/gzstitch", "pkg/httpapi", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
-	"pkg/collection": {"pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
+	"pkg/lists":      {"pkg/admission", "pkg/catalog", "pkg/collection", "pkg/freshness", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire", "pkg/gzstitch", "pkg/httpapi"},
+	"pkg/watch":      {"pkg/catalog", "pkg/collection", "pkg/freshness", "pkg/gzstitch", "pkg/httpapi", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
+	"pkg/collection": {"pkg/catalog", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
 	// The admission of snapshot-served responses for writing: below the
 	// servers, above nothing of ours.
 	"pkg/admission": {},
-	// The registry of snapshot stores: discovery, lifecycle, sources.
-	"pkg/stores":      {"pkg/consistency", "pkg/freshness", "pkg/snapshot", "pkg/table", "pkg/wire", "pkg/httpapi"},
+	// The registry of snapshot stores: lifecycle, sources, over the
+	// catalog of what discovery says.
+	"pkg/stores": {"pkg/catalog", "pkg/consistency", "pkg/freshness", "pkg/snapshot", "pkg/table", "pkg/wire", "pkg/httpapi"},
+	// What discovery says: resources, their fields, warnings and Table
+	// columns, the apiserver's feature gates; below the registry.
+	"pkg/catalog":     {"pkg/table", "pkg/wire"},
 	"pkg/auth":        {"pkg/httpapi"},
 	"pkg/consistency": {"pkg/snapshot", "pkg/wire", "pkg/httpapi"},
 	"pkg/freshness":   {"pkg/snapshot", "pkg/wire", "test/framework/binaries", "test/framework/freeport"},

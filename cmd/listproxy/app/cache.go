@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/listproxy/listproxy/pkg/admission"
+	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/consistency"
 	"github.com/listproxy/listproxy/pkg/freshness"
 	"github.com/listproxy/listproxy/pkg/lists"
@@ -206,7 +207,7 @@ func (o *CacheOptions) validate() []error {
 		errs = append(errs, fmt.Errorf("--preload: %w", err))
 	} else {
 		for _, p := range preload {
-			if !stores.ResourceFilter(o.Resources).Allows(p.Resource) {
+			if !catalog.ResourceFilter(o.Resources).Allows(p.Resource) {
 				errs = append(errs, fmt.Errorf("--preload: %s is not served (--resources)", p))
 			}
 		}
@@ -466,7 +467,7 @@ func (o *CacheOptions) storesConfig(ctx context.Context, cfg *Config, reg promet
 	scfg := stores.Config{
 		Upstream:              cfg.Upstream,
 		Peer:                  o.peerConfig(cfg.Upstream),
-		Resources:             stores.ResourceFilter(o.Resources),
+		Resources:             catalog.ResourceFilter(o.Resources),
 		History:               o.SnapshotHistory,
 		HistoryMaxBytes:       o.SnapshotHistoryMaxBytes,
 		HistoryMaxRatio:       o.SnapshotHistoryMaxRatio,

@@ -1,4 +1,4 @@
-package stores
+package catalog
 
 import (
 	"context"
@@ -139,5 +139,21 @@ func TestDeprecationWarnings(t *testing.T) {
 				t.Errorf("builtinDeprecation(%v) = %q, want %q", tc.gvk, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestCustomColumnNames: a custom resource's Table columns are Name and
+// its CRD's printer columns, or Name and Age without any.
+func TestCustomColumnNames(t *testing.T) {
+	for _, tc := range []struct {
+		names, want []string
+	}{
+		{names: []string{"Size", "Created"}, want: []string{"Name", "Size", "Created"}},
+		{names: []string{"Size"}, want: []string{"Name", "Size"}},
+		{want: []string{"Name", "Age"}},
+	} {
+		if got := (crdVersion{names: tc.names}).columnNames(); !slices.Equal(got, tc.want) {
+			t.Errorf("columnNames(%q) = %q, want %q", tc.names, got, tc.want)
+		}
 	}
 }

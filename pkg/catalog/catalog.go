@@ -1,4 +1,4 @@
-package stores
+package catalog
 
 import (
 	"context"
@@ -59,6 +59,22 @@ type Resource struct {
 	fingerprint string
 }
 
+// Fingerprint changes when anything that shapes a store's entries of the
+// resource changes (its CRD recreated, its selectable fields edited): a
+// store built for another fingerprint is stale.
+func (r *Resource) Fingerprint() string { return r.fingerprint }
+
+// NewResource describes a built-in resource (or, with custom, a custom
+// resource without selectable fields) as discovery would, for a catalog
+// built with NewStatic.
+func NewResource(gvr schema.GroupVersionResource, kind string, namespaced, custom bool) *Resource {
+	return &Resource{
+		GVR: gvr, Kind: kind, Namespaced: namespaced, Custom: custom,
+		Fields:      fieldsFor(gvr.GroupResource(), custom, namespaced, nil),
+		fingerprint: fmt.Sprintf("%s/%v/%v", kind, namespaced, custom),
+	}
+}
+
 // ResourceFilter selects the resources listproxy caches: "*" or
 // RESOURCE[.GROUP] names as given to --resources.
 type ResourceFilter []string
@@ -73,8 +89,23 @@ func (f ResourceFilter) Allows(gr schema.GroupResource) bool {
 	return false
 }
 
-// catalog holds the cacheable resources, refreshed from discovery.
-type catalog struct {
+// Config says where a Catalog reads discovery and what it keeps of it.
+type Config struct {
+	// Discovery and Dynamic reach the apiserver: discovery, its version
+	// and /metrics, and the CRDs and APIServices.
+	Discovery discovery.DiscoveryInterface
+	Dynamic   dynamic.Interface
+	// Filter selects the cached resources.
+	Filter ResourceFilter
+	// TableRules returns the Table rules of a built-in resource on
+	// apiserver release 1.minor; nil selects table.For.
+	TableRules func(minor int, gr schema.GroupResource) (table.Rules, bool)
+}
+
+// Catalog holds the cacheable resources, refreshed from discovery, and the
+// apiserver's feature gates. Its methods are safe for concurrent use;
+// Refresh is called by one goroutine at a time.
+type Catalog struct {
 	discovery discovery.DiscoveryInterface
 	dynamic   dynamic.Interface
 	filter    ResourceFilter
@@ -94,19 +125,37 @@ type catalog struct {
 	preferredGV map[string]string
 }
 
+// New returns a catalog that knows no resource until Refresh reads
+// discovery.
+func New(cfg Config) *Catalog {
+	return &Catalog{discovery: cfg.Discovery, dynamic: cfg.Dynamic, filter: cfg.Filter, tableRules: cfg.TableRules}
+}
+
+// NewStatic returns a catalog that knows resources (the last of those with
+// the same GroupVersionResource) without reading discovery, with the
+// apiserver's feature gates off; it cannot Refresh.
+func NewStatic(resources ...*Resource) *Catalog {
+	c := &Catalog{resources: map[schema.GroupVersionResource]*Resource{}}
+	for _, res := range resources {
+		c.resources[res.GVR] = res
+	}
+	return c
+}
+
 var crdGVR = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
 
-func (r *catalog) lookup(gvr schema.GroupVersionResource) (*Resource, bool) {
+// Lookup returns what discovery says about gvr, if listproxy caches it.
+func (r *Catalog) Lookup(gvr schema.GroupVersionResource) (*Resource, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	info, ok := r.resources[gvr]
 	return info, ok
 }
 
-// preferred returns a cacheable resource in its group's preferred version,
+// Preferred returns a cacheable resource in its group's preferred version,
 // or, when that version does not serve it, in its most preferred
 // cacheable version by Kubernetes version order (v2, v1, v1beta1, ...).
-func (r *catalog) preferred(gr schema.GroupResource) (*Resource, bool) {
+func (r *Catalog) Preferred(gr schema.GroupResource) (*Resource, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if v, ok := r.preferredGV[gr.Group]; ok {
@@ -123,9 +172,9 @@ func (r *catalog) preferred(gr schema.GroupResource) (*Resource, bool) {
 	return best, best != nil
 }
 
-// refresh re-reads discovery and the CRDs. It returns the resources whose
+// Refresh re-reads discovery and the CRDs. It returns the resources whose
 // stores must be dropped: gone or changed.
-func (r *catalog) refresh(ctx context.Context) ([]schema.GroupVersionResource, error) {
+func (r *Catalog) Refresh(ctx context.Context) ([]schema.GroupVersionResource, error) {
 	groups, lists, err := r.discovery.ServerGroupsAndResources()
 	if err != nil && len(lists) == 0 {
 		return nil, fmt.Errorf("discovery: %w", err)
@@ -191,7 +240,7 @@ func (r *catalog) refresh(ctx context.Context) ([]schema.GroupVersionResource, e
 // caches: list and watch verbs, no subresource, allowed by the filter;
 // crds are the custom resources, aggregated the group versions another
 // server serves, major.minor the apiserver's release.
-func (r *catalog) cacheable(lists []*metav1.APIResourceList, crds map[schema.GroupVersionResource]crdVersion, aggregated map[schema.GroupVersion]bool, major, minor int) map[schema.GroupVersionResource]*Resource {
+func (r *Catalog) cacheable(lists []*metav1.APIResourceList, crds map[schema.GroupVersionResource]crdVersion, aggregated map[schema.GroupVersion]bool, major, minor int) map[schema.GroupVersionResource]*Resource {
 	next := map[schema.GroupVersionResource]*Resource{}
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
@@ -263,7 +312,7 @@ func (v crdVersion) columnNames() []string {
 }
 
 // customResources lists the CRDs' served versions with their selectable fields.
-func (r *catalog) customResources(ctx context.Context) (map[schema.GroupVersionResource]crdVersion, error) {
+func (r *Catalog) customResources(ctx context.Context) (map[schema.GroupVersionResource]crdVersion, error) {
 	list, err := r.dynamic.Resource(crdGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list customresourcedefinitions: %w", err)
@@ -355,7 +404,7 @@ const featuresMaxAge = 10 * time.Minute
 // readFeatures returns the apiserver's feature gates as its /metrics reports
 // them, read again when the apiserver's version changed or featuresMaxAge
 // passed. When /metrics cannot be read, the release's defaults stand in.
-func (r *catalog) readFeatures(ctx context.Context, info *version.Info, major, minor int) apiserverFeatures {
+func (r *Catalog) readFeatures(ctx context.Context, info *version.Info, major, minor int) apiserverFeatures {
 	if !r.featuresRead.IsZero() && r.featuresVersion == info.GitVersion && time.Since(r.featuresRead) < featuresMaxAge {
 		r.mu.RLock()
 		defer r.mu.RUnlock()
@@ -375,17 +424,17 @@ func (r *catalog) readFeatures(ctx context.Context, info *version.Info, major, m
 	return got
 }
 
-// watchListDefaults reports whether the apiserver turns a watch from
+// WatchListDefaults reports whether the apiserver turns a watch from
 // resourceVersion "" or "0" without sendInitialEvents into a watch-list.
-func (r *catalog) watchListDefaults() bool {
+func (r *Catalog) WatchListDefaults() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.features.WatchList
 }
 
-// watchListGzip reports whether the apiserver gzips watch-list responses
+// WatchListGzip reports whether the apiserver gzips watch-list responses
 // for clients that accept it.
-func (r *catalog) watchListGzip() bool {
+func (r *Catalog) WatchListGzip() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return r.features.WatchListCompression
@@ -396,7 +445,7 @@ var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io",
 // aggregatedGroups returns the group versions that APIServices delegate to
 // another server (spec.service set); the others are served by the
 // apiserver itself from its etcd.
-func (r *catalog) aggregatedGroups(ctx context.Context) (map[schema.GroupVersion]bool, error) {
+func (r *Catalog) aggregatedGroups(ctx context.Context) (map[schema.GroupVersion]bool, error) {
 	list, err := r.dynamic.Resource(apiServiceGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list apiservices: %w", err)
