@@ -6,11 +6,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/sharding"
 
 	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/snapshot"
-	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/table"
 	"github.com/listproxy/listproxy/pkg/wire"
 )
@@ -88,12 +88,18 @@ func (r Request) Match(e *snapshot.Entry) bool {
 	return r.Labels.Matches(e.Labels()) && r.Fields.Matches(e.Fields()) && r.inShard(e)
 }
 
+// Resources says which resources are cached and what discovery says of
+// them: a catalog.Catalog, or the store registry, which reads one.
+type Resources interface {
+	Lookup(gvr schema.GroupVersionResource) (*catalog.Resource, bool)
+}
+
 // Parse decides whether r, with the given selectors (from its query; a
 // shardSelector of "" is none), is a request of verb that a store could
 // serve, and parses it. It has no side effects. When not, reason says why,
 // and Resource is set when the path named a cached resource. A shard
 // selector that does not parse is not a reason: it is Request.ShardErr.
-func Parse(r *http.Request, reg *stores.Registry, verb Verb, labelSelector, fieldSelector, shardSelector string) (req Request, reason string, ok bool) {
+func Parse(r *http.Request, resources Resources, verb Verb, labelSelector, fieldSelector, shardSelector string) (req Request, reason string, ok bool) {
 	if r.Method != http.MethodGet {
 		return Request{}, ReasonMethod, false
 	}
@@ -101,7 +107,7 @@ func Parse(r *http.Request, reg *stores.Registry, verb Verb, labelSelector, fiel
 	if !ok {
 		return Request{}, ReasonPath, false
 	}
-	res, ok := reg.Lookup(path.GVR)
+	res, ok := resources.Lookup(path.GVR)
 	if !ok {
 		return Request{}, ReasonResource, false
 	}

@@ -1,7 +1,6 @@
 package collection
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -35,10 +34,7 @@ func TestParseShardSelector(t *testing.T) {
 	pods := catalog.NewResource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}, "Pod", true, false)
 	metrics := catalog.NewResource(schema.GroupVersionResource{Group: "metrics.k8s.io", Version: "v1beta1", Resource: "pods"}, "PodMetrics", true, false)
 	metrics.Aggregated = true
-	reg, err := stores.NewStatic(context.Background(), stores.Config{}, []*catalog.Resource{pods, metrics})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resources := catalog.NewStatic(pods, metrics)
 	const valid = "shardRange(object.metadata.uid,'0x0000000000000000','0x8000000000000000')"
 	for _, tc := range []struct {
 		name, path, shard string
@@ -60,7 +56,7 @@ func TestParseShardSelector(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(http.MethodGet, tc.path+"?shardSelector="+url.QueryEscape(tc.shard), nil)
-			req, reason, ok := Parse(r, reg, List, "", "", tc.shard)
+			req, reason, ok := Parse(r, resources, List, "", "", tc.shard)
 			if reason != tc.wantReason || ok != (tc.wantReason == "") {
 				t.Fatalf("Parse: reason %q ok %v, want reason %q", reason, ok, tc.wantReason)
 			}

@@ -26,8 +26,10 @@ var allowed = map[string][]string{
 	// registry and parses its request with collection; neither imports
 	// the other. The LIST server admits its responses with admission;
 	// the watch server takes the same queue as its own Admitter.
-	"pkg/lists":      {"pkg/admission", "pkg/catalog", "pkg/collection", "pkg/freshness", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire", "pkg/gzstitch", "pkg/httpapi"},
-	"pkg/watch":      {"pkg/catalog", "pkg/collection", "pkg/freshness", "pkg/gzstitch", "pkg/httpapi", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
+	"pkg/lists": {"pkg/admission", "pkg/catalog", "pkg/collection", "pkg/freshness", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire", "pkg/gzstitch", "pkg/httpapi"},
+	"pkg/watch": {"pkg/catalog", "pkg/collection", "pkg/freshness", "pkg/gzstitch", "pkg/httpapi", "pkg/paging", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
+	// collection looks resources up in the catalog; it reaches stores only
+	// for ObjectUID, the uid of a Table store's row.
 	"pkg/collection": {"pkg/catalog", "pkg/snapshot", "pkg/stores", "pkg/table", "pkg/wire"},
 	// The admission of snapshot-served responses for writing: below the
 	// servers, above nothing of ours.
