@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -985,7 +984,10 @@ func TestCompactedContinueToken(t *testing.T) {
 		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-later"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		compactRev := compactEtcd(t, cp.EtcdEndpoint)
+		compactRev, err := framework.CompactEtcd(ctx, []string{cp.EtcdEndpoint}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if tr := parseRV(t, tokenRV); int64(tr) >= compactRev {
 			t.Fatalf("token resourceVersion %d not below the compacted revision %d", tr, compactRev)
 		}
@@ -1027,27 +1029,6 @@ func TestCompactedContinueToken(t *testing.T) {
 			}
 		}
 	})
-}
-
-// compactEtcd compacts etcd physically at its current revision and returns it.
-func compactEtcd(t *testing.T, endpoint string) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	resp, err := client.Get(ctx, "compact_rev_key", clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev := resp.Header.Revision
-	if _, err := client.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatalf("compact at %d: %v", rev, err)
-	}
-	return rev
 }
 
 // ---------------------------------------------------------------------------
@@ -1379,7 +1360,9 @@ func TestCompactedRevisionNotServed(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-late"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	compactEtcdAsAPIServer(t, cp.EtcdEndpoint)
+	if _, err := framework.CompactEtcd(ctx, []string{cp.EtcdEndpoint}, true); err != nil {
+		t.Fatal(err)
+	}
 
 	// Both learn of the compaction by polling etcd (listproxy every 10s,
 	// the apiserver's watch cache every 15s).
@@ -1408,33 +1391,6 @@ func TestCompactedRevisionNotServed(t *testing.T) {
 	if cont.code != http.StatusGone || cont.status.Reason != metav1.StatusReasonExpired || cont.status.Continue == "" {
 		t.Errorf("continue at a compacted revision: HTTP %d %s, continue %q; want 410 Expired with a token", cont.code, cont.status.Reason, cont.status.Continue)
 	}
-}
-
-// compactEtcdAsAPIServer compacts etcd at its current revision the way
-// kube-apiserver's compactor does: it records the revision in
-// compact_rev_key, which every apiserver watches to learn of compactions,
-// then compacts. It returns the compacted revision.
-func compactEtcdAsAPIServer(t *testing.T, endpoint string) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	resp, err := client.Get(ctx, "compact_rev_key", clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev := resp.Header.Revision
-	if _, err := client.Put(ctx, "compact_rev_key", strconv.FormatInt(rev, 10)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatalf("compact at %d: %v", rev, err)
-	}
-	return rev
 }
 
 // A legacy exact read (resourceVersion=N with limit, no match: what a
