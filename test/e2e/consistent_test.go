@@ -694,11 +694,7 @@ func TestPagingConformance(t *testing.T) {
 		total = 400
 		limit = 17
 	)
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	templates := make([]*corev1.PodTemplate, total)
 	for i := range templates {
@@ -911,11 +907,7 @@ func TestCompactedContinueToken(t *testing.T) {
 		ns    = "compaction"
 		limit = 5
 	)
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	seedConfigMaps(t, cs, ns, "cm", 30) // cm-00 … cm-29
 	keys := writeKeyFile(t)
@@ -1216,11 +1208,7 @@ func TestProbeCoalescing(t *testing.T) {
 		readers   = 100
 		maxProbes = 10
 	)
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	seedConfigMaps(t, cp.Clientset(framework.UserAdmin), ns, "cm", 20)
 	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
 	cfg := lp.Config()
@@ -1277,12 +1265,8 @@ func TestProbeCoalescing(t *testing.T) {
 // object they are proven with etcd under the right prefix, and pass
 // through under a wrong one.
 func TestEmptyResourceDoesNotVerifyPrefix(t *testing.T) {
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
 	const ns = "emptyprefix"
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	// Nothing creates podtemplates: the resource is empty cluster-wide.
 	wrongLP := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint,
@@ -1335,11 +1319,7 @@ func TestEmptyResourceDoesNotVerifyPrefix(t *testing.T) {
 // inconsistently, as the apiserver's own token would.
 func TestCompactedRevisionNotServed(t *testing.T) {
 	const ns = "compactedrv"
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	seedConfigMaps(t, cs, ns, "cm", 10)
 	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
@@ -1399,11 +1379,7 @@ func TestCompactedRevisionNotServed(t *testing.T) {
 // N, proven with etcd, rather than sent to the apiserver.
 func TestLegacyExactNewerThanStore(t *testing.T) {
 	const ns = "legacyexact"
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	seedConfigMaps(t, cs, ns, "cm", 8)
 	lpc := newRawClient(t, framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint).Config())
