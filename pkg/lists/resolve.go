@@ -124,18 +124,11 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 	}
 	switch d.Action {
 	case paging.PassThrough, paging.Reject:
-	case paging.ServeConsistent:
-		if !l.stores.ProvesConsistentReads() {
-			// Nothing proves freshness (no etcd, and no proof through the
-			// apiserver): pass through.
-			return pass(ReasonNoProof)
-		}
-		fallthrough
 	default:
-		var refused Reason
+		var unready verdict
 		var ready bool
-		if h, refused, ready = l.readyStore(ctx, req); !ready {
-			return l.notReady(req, h, refused)
+		if h, unready, ready = l.acquireStore(ctx, req, d.Action); !ready {
+			return unready
 		}
 	}
 
@@ -146,36 +139,12 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 		return pass(Reason(d.Reason))
 
 	case paging.Reject:
-		// Invalid options or token with our continue token, which the
-		// apiserver cannot read: its answer, given by listproxy.
-		if openErr != nil { // a token of ours that did not open or belong here
-			l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueInvalid)
-		}
-		var status *apierrors.StatusError
-		if !errors.As(d.Err, &status) {
-			status = apierrors.NewInternalError(d.Err)
-		}
-		return reject(Reason(d.Reason), status)
+		return l.rejected(d, openErr)
 
 	case paging.ServeContinue:
-		// Our continue token: the snapshot at its RV; a newer replica's
-		// token is proven with etcd; 410 once etcd compacted it; else the
-		// apiserver continues the list at the same RV.
-		// A token from another replica may be at a revision this one has
-		// not seen.
-		snap, err := h.StateAt(ctx, token.RV)
-		if errors.Is(err, snapshot.ErrCompacted) || errors.Is(err, snapshot.ErrNotRetained) && l.stores.Compacted(ctx, token.RV) {
-			// etcd no longer has this revision: the apiserver's 410, with a
-			// token that continues from the same key at the latest RV.
-			l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueExpired)
-			next := paging.NativeContinueLatest(paging.RelativeKey(req.Namespace, token.StartKey))
-			return reject(ReasonContinueExpired, paging.ExpiredContinueError(next))
-		}
-		if errors.Is(err, snapshot.ErrNotRetained) {
-			return pass(ReasonContinueNotRetained)
-		}
-		if err != nil {
-			return pass(ReasonSnapshotUnavailable)
+		snap, unserved, ok := l.continueSnapshot(ctx, req, h, token)
+		if !ok {
+			return unserved
 		}
 		return serve(snap, token.RV)
 
@@ -216,22 +185,84 @@ func (l *Lists) resolve(ctx context.Context, req listRequest) (v verdict) {
 		return serve(snap, rv)
 
 	case paging.ServeExact:
-		// resourceVersion=N, Exact: the retained snapshot holding the
-		// state at N.
-		// May be newer than the store has seen (a reflector relisting at an
-		// RV from its watch through the apiserver).
-		snap, err := h.StateAt(ctx, d.RV)
-		if errors.Is(err, snapshot.ErrCompacted) {
-			// As the apiserver, whose read of a compacted revision from
-			// etcd fails.
-			return reject(ReasonExactCompacted, paging.ExpiredResourceVersionError())
-		}
-		if err != nil {
-			return pass(ReasonSnapshotUnavailable)
+		snap, unserved, ok := l.exactSnapshot(ctx, h, d.RV)
+		if !ok {
+			return unserved
 		}
 		return serve(snap, d.RV)
 	}
 	return pass(Reason(d.Reason))
+}
+
+// acquireStore acquires the request's store for a row that reads it and
+// reports whether the store is ready to serve; when it is not, the verdict
+// instead. A consistent read passes through without acquiring it when
+// nothing proves freshness (no etcd, and no proof through the apiserver).
+// The handle is returned whenever one was acquired, ready or not.
+func (l *Lists) acquireStore(ctx context.Context, req listRequest, action paging.Action) (*stores.Handle, verdict, bool) {
+	if action == paging.ServeConsistent && !l.stores.ProvesConsistentReads() {
+		return nil, pass(ReasonNoProof), false
+	}
+	h, refused, ready := l.readyStore(ctx, req)
+	if !ready {
+		return h, l.notReady(req, h, refused), false
+	}
+	return h, verdict{}, true
+}
+
+// rejected is the verdict on invalid options or token with our continue
+// token, which the apiserver cannot read: its answer, given by listproxy.
+func (l *Lists) rejected(d paging.Decision, openErr error) verdict {
+	if openErr != nil { // a token of ours that did not open or belong here
+		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueInvalid)
+	}
+	var status *apierrors.StatusError
+	if !errors.As(d.Err, &status) {
+		status = apierrors.NewInternalError(d.Err)
+	}
+	return reject(Reason(d.Reason), status)
+}
+
+// continueSnapshot finds the snapshot our continue token is at, in h's
+// store; when there is none to serve (ok false), the verdict instead. A
+// newer replica's token is proven with etcd; 410 once etcd compacted it;
+// else the apiserver continues the list at the same RV.
+func (l *Lists) continueSnapshot(ctx context.Context, req listRequest, h *stores.Handle, token paging.Token) (snap *snapshot.Snapshot, unserved verdict, ok bool) {
+	// A token from another replica may be at a revision this one has
+	// not seen.
+	snap, err := h.StateAt(ctx, token.RV)
+	if errors.Is(err, snapshot.ErrCompacted) || errors.Is(err, snapshot.ErrNotRetained) && l.stores.Compacted(ctx, token.RV) {
+		// etcd no longer has this revision: the apiserver's 410, with a
+		// token that continues from the same key at the latest RV.
+		l.cfg.ContinueMetrics.ObserveContinue(paging.ContinueExpired)
+		next := paging.NativeContinueLatest(paging.RelativeKey(req.Namespace, token.StartKey))
+		return nil, reject(ReasonContinueExpired, paging.ExpiredContinueError(next)), false
+	}
+	if errors.Is(err, snapshot.ErrNotRetained) {
+		return nil, pass(ReasonContinueNotRetained), false
+	}
+	if err != nil {
+		return nil, pass(ReasonSnapshotUnavailable), false
+	}
+	return snap, verdict{}, true
+}
+
+// exactSnapshot finds, for resourceVersion=N with Exact, the retained
+// snapshot holding the state at rv (N) in h's store; when there is none to
+// serve (ok false), the verdict instead.
+func (l *Lists) exactSnapshot(ctx context.Context, h *stores.Handle, rv uint64) (snap *snapshot.Snapshot, unserved verdict, ok bool) {
+	// May be newer than the store has seen (a reflector relisting at an
+	// RV from its watch through the apiserver).
+	snap, err := h.StateAt(ctx, rv)
+	if errors.Is(err, snapshot.ErrCompacted) {
+		// As the apiserver, whose read of a compacted revision from
+		// etcd fails.
+		return nil, reject(ReasonExactCompacted, paging.ExpiredResourceVersionError()), false
+	}
+	if err != nil {
+		return nil, pass(ReasonSnapshotUnavailable), false
+	}
+	return snap, verdict{}, true
 }
 
 // smallScope reports whether a consistent LIST of req is small enough for

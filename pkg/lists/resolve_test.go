@@ -33,18 +33,10 @@ func resolveFixture(t *testing.T) (*Lists, *paging.Keyring) {
 	store := snapshot.NewStore(snapshot.StoreConfig{History: time.Hour})
 	store.Replace([]*snapshot.Entry{pod("p1", 5)}, 10)
 	store.Apply(snapshot.Change{Entry: pod("p2", 20)}, 20)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	reg, err := stores.NewStatic(ctx, stores.Config{}, nil, stores.StaticStore{
-		Resource: catalog.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store,
+	l := newTestLists(t, testListsOptions{
+		cfg:   Config{Keys: keys, NotOlderThanWait: time.Millisecond},
+		store: stores.StaticStore{Resource: catalog.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := New(Config{Stores: reg, Keys: keys, NotOlderThanWait: time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return l, keys
 }
 

@@ -30,9 +30,48 @@ func testPod(ns, name string, rv uint64) *snapshot.Entry {
 	return snapshot.NewEntry(ns, name, rv, map[string]string{"app": app}, nil, nil, []byte(raw))
 }
 
+// testListsOptions set up newTestLists.
+type testListsOptions struct {
+	// cfg is the LIST server's config; Keys is a fresh random keyring when
+	// nil, and Stores the registry below.
+	cfg Config
+	// stores is the registry's config.
+	stores stores.Config
+	// store is the registry's one store.
+	store stores.StaticStore
+	// more are resources the registry knows without stores.
+	more []*catalog.Resource
+}
+
+// newTestLists returns a LIST server over a static registry of o.store,
+// without an apiserver: requests it does not answer are left to the
+// caller. The registry ends with the test.
+func newTestLists(t testing.TB, o testListsOptions) *Lists {
+	t.Helper()
+	cfg := o.cfg
+	if cfg.Keys == nil {
+		keys, err := paging.NewRandomKeyring()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Keys = keys
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	reg, err := stores.NewStatic(ctx, o.stores, o.more, o.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Stores = reg
+	l, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // newServeTestLists returns a Lists serving pods from a synced JSON store
-// holding entries at rv, without an apiserver: requests it does not answer
-// are left to the caller.
+// holding entries at rv (newTestLists).
 func newServeTestLists(t testing.TB, cfg Config, entries []*snapshot.Entry, rv uint64) (*Lists, *snapshot.Store) {
 	t.Helper()
 	return newServeTestListsWith(t, cfg, stores.Config{}, 0, entries, rv)
@@ -43,32 +82,14 @@ func newServeTestLists(t testing.TB, cfg Config, entries []*snapshot.Entry, rv u
 // registry (without stores). An entries of nil leaves the store unsynced.
 func newServeTestListsWith(t testing.TB, cfg Config, scfg stores.Config, storeBytes int64, entries []*snapshot.Entry, rv uint64, more ...*catalog.Resource) (*Lists, *snapshot.Store) {
 	t.Helper()
-	if cfg.Keys == nil {
-		keys, err := paging.NewRandomKeyring()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Keys = keys
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
 	store := snapshot.NewStore(snapshot.StoreConfig{})
 	if entries != nil {
 		store.Replace(entries, rv)
 	}
-	pods := catalog.NewResource(podsGVR, "Pod", true, false)
-	reg, err := stores.NewStatic(ctx, scfg, more, stores.StaticStore{
-		Resource: pods, Format: wire.JSON, Store: store, Bytes: storeBytes,
+	l := newTestLists(t, testListsOptions{cfg: cfg, stores: scfg, more: more, store: stores.StaticStore{
+		Resource: catalog.NewResource(podsGVR, "Pod", true, false), Format: wire.JSON, Store: store, Bytes: storeBytes,
 		Envelope: wire.ListEnvelope{APIVersion: "v1", Kind: "PodList"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Stores = reg
-	l, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}})
 	return l, store
 }
 

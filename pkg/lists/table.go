@@ -115,8 +115,6 @@ func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOpt
 		}
 		return
 	}
-	var out *bufio.Writer
-	var gz *gzip.Writer
 	if unfiltered && collection.AcceptsGzip(r) {
 		hdr.Set("Content-Encoding", "gzip")
 		hdr.Add("Vary", "Accept-Encoding")
@@ -126,7 +124,22 @@ func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOpt
 		}
 		return
 	}
-	if collection.AcceptsGzip(r) {
+	buf, err := streamTable(w, collection.AcceptsGzip(r), buf, i, len(rows), parts.Tail, appendRow)
+	if err != nil {
+		klog.V(2).InfoS("Writing table response failed", "err", err)
+	}
+}
+
+// streamTable writes a Table response longer than gzipThreshold (but for a
+// stitched one, writeGzipTable): the status, then buf (the head and the
+// rows before i, rendered), rows i to n-1 rendered by appendRow, and tail,
+// through a pooled bufio writer, gzipped at the apiserver's level when
+// gzipped. It returns the render buffer, as large as the rows made it.
+func streamTable(w http.ResponseWriter, gzipped bool, buf []byte, i, n int, tail []byte, appendRow func(dst []byte, i int) []byte) ([]byte, error) {
+	hdr := w.Header()
+	var out *bufio.Writer
+	var gz *gzip.Writer
+	if gzipped {
 		hdr.Set("Content-Encoding", "gzip")
 		hdr.Add("Vary", "Accept-Encoding")
 		w.WriteHeader(http.StatusOK)
@@ -149,12 +162,12 @@ func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOpt
 		tableBufios.Put(out)
 	}()
 	err := writeAll(out, buf)
-	for ; err == nil && i < len(rows); i++ {
+	for ; err == nil && i < n; i++ {
 		buf = appendRow(buf[:0], i)
 		err = writeAll(out, buf)
 	}
 	if err == nil {
-		err = writeAll(out, parts.Tail)
+		err = writeAll(out, tail)
 	}
 	if err == nil {
 		err = out.Flush()
@@ -162,9 +175,7 @@ func writeTable(w http.ResponseWriter, r *http.Request, opts collection.TableOpt
 	if err == nil && gz != nil {
 		err = gz.Close()
 	}
-	if err != nil {
-		klog.V(2).InfoS("Writing table response failed", "err", err)
-	}
+	return buf, err
 }
 
 func writeAll(w *bufio.Writer, b []byte) error {

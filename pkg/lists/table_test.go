@@ -3,7 +3,6 @@ package lists
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/listproxy/listproxy/pkg/catalog"
 	"github.com/listproxy/listproxy/pkg/httpapi"
-	"github.com/listproxy/listproxy/pkg/paging"
 	"github.com/listproxy/listproxy/pkg/snapshot"
 	"github.com/listproxy/listproxy/pkg/stores"
 	"github.com/listproxy/listproxy/pkg/table"
@@ -67,20 +65,7 @@ func newTableTestLists(t *testing.T, n, pad int, otherColumns map[int]bool) (*Li
 	}
 	store := snapshot.NewStore(snapshot.StoreConfig{PinTTL: time.Hour})
 	store.Replace(entries, uint64(n+1))
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	reg, err := stores.NewStatic(ctx, stores.Config{}, nil, stores.StaticStore{Resource: res, Format: wire.Table, Store: store, TableHead: head})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := paging.NewRandomKeyring()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := New(Config{Stores: reg, Keys: keys})
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := newTestLists(t, testListsOptions{store: stores.StaticStore{Resource: res, Format: wire.Table, Store: store, TableHead: head}})
 	return l, store
 }
 

@@ -264,35 +264,10 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if h.auth != nil {
-		var ok bool
-		if r, ok = h.auth.Authenticate(rec, r); !ok {
+		var answered bool
+		if r, cacheable, cacheableWatch, answered = h.authenticate(rec, r, cacheable, cacheableWatch); answered {
 			source = httpapi.SourceListproxy
 			return
-		}
-		// Every watch passed through here is counted with why.
-		passWatch := func(reason string) {
-			if cacheableWatch {
-				h.watches.PassedThrough(r, reason)
-			}
-			cacheable, cacheableWatch = false, false
-		}
-		switch {
-		case !cacheable && !cacheableWatch:
-		case auth.HasImpersonation(r.Header):
-			// Only the apiserver can check the caller's right to
-			// impersonate; never answer such a request from a snapshot.
-			passWatch(WatchPassImpersonation)
-		case cacheable && !h.lists.Cacheable(r), cacheableWatch && !h.watches.Cacheable(r):
-			passWatch("")
-		default:
-			// The caller's verb (list or watch) is authorized.
-			switch h.auth.AuthorizeRead(rec, r) {
-			case auth.Answered:
-				source = httpapi.SourceListproxy
-				return
-			case auth.PassThrough:
-				passWatch(WatchPassAuthorization)
-			}
 		}
 	}
 
@@ -332,6 +307,43 @@ func (h *Handler) serveAPI(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.pass.ServeHTTP(rec, r)
+}
+
+// authenticate is serveAPI's step in service mode: it authenticates r and,
+// for a LIST or watch a snapshot server could answer (cacheable,
+// cacheableWatch), authorizes the caller's read. It returns the
+// authenticated request and whether snapshots may still answer it, or
+// answered when listproxy has answered it itself (401, 403). Every watch
+// passed through here is counted with why.
+func (h *Handler) authenticate(rec *responseRecorder, r *http.Request, cacheable, cacheableWatch bool) (_ *http.Request, _, _, answered bool) {
+	var ok bool
+	if r, ok = h.auth.Authenticate(rec, r); !ok {
+		return r, cacheable, cacheableWatch, true
+	}
+	passWatch := func(reason string) {
+		if cacheableWatch {
+			h.watches.PassedThrough(r, reason)
+		}
+		cacheable, cacheableWatch = false, false
+	}
+	switch {
+	case !cacheable && !cacheableWatch:
+	case auth.HasImpersonation(r.Header):
+		// Only the apiserver can check the caller's right to
+		// impersonate; never answer such a request from a snapshot.
+		passWatch(WatchPassImpersonation)
+	case cacheable && !h.lists.Cacheable(r), cacheableWatch && !h.watches.Cacheable(r):
+		passWatch("")
+	default:
+		// The caller's verb (list or watch) is authorized.
+		switch h.auth.AuthorizeRead(rec, r) {
+		case auth.Answered:
+			return r, cacheable, cacheableWatch, true
+		case auth.PassThrough:
+			passWatch(WatchPassAuthorization)
+		}
+	}
+	return r, cacheable, cacheableWatch, false
 }
 
 // offerToSnapshots offers r to a snapshot server's serve (named server in

@@ -68,69 +68,11 @@ func Decide(rawQuery string) Decision {
 	if err != nil {
 		return pass(ReasonQuery)
 	}
-	var (
-		d           Decision
-		watch       bool
-		sendInitial *bool
-		rv, rvMatch string
-		haveMatch   bool
-	)
-	for name, vs := range values {
-		if len(vs) != 1 {
-			return pass(ReasonQuery)
-		}
-		v := vs[0]
-		switch name {
-		case "watch":
-			b, ok := parseBool(v)
-			if !ok || !b {
-				return pass(ReasonQuery)
-			}
-			watch = true
-		case "resourceVersion":
-			rv = v
-		case "resourceVersionMatch":
-			rvMatch, haveMatch = v, true
-		case "sendInitialEvents":
-			b, ok := parseBool(v)
-			if !ok {
-				return pass(ReasonQuery)
-			}
-			sendInitial = &b
-		case "allowWatchBookmarks":
-			b, ok := parseBool(v)
-			if !ok {
-				return pass(ReasonQuery)
-			}
-			d.Bookmarks = b
-		case "timeoutSeconds":
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 || n > 1<<31 {
-				return pass(ReasonQuery)
-			}
-			d.Timeout = time.Duration(n) * time.Second
-		case "timeout":
-			// The apiserver ignores ?timeout= on watches; client-go sends it.
-			if _, err := time.ParseDuration(v); err != nil {
-				return pass(ReasonQuery)
-			}
-		case "includeObject":
-			// Read by collection.Parse for a Table; any other watch with
-			// it passes through (Handler.parse).
-			d.IncludeObject = true
-		case "labelSelector":
-			d.LabelSelector = v
-		case "fieldSelector":
-			d.FieldSelector = v
-		case "shardSelector":
-			d.ShardSelector = v
-		default:
-			return pass(ReasonQuery)
-		}
-	}
-	if !watch {
+	q, ok := parseWatchQuery(values)
+	if !ok || !q.watch {
 		return pass(ReasonQuery)
 	}
+	d, sendInitial, rv, rvMatch, haveMatch := q.d, q.sendInitial, q.rv, q.rvMatch, q.haveMatch
 	// SetListOptionsDefaults with the WatchList feature on.
 	if sendInitial == nil && !haveMatch && (rv == "" || rv == "0") {
 		t := true
@@ -163,6 +105,76 @@ func Decide(rawQuery string) Decision {
 		d.Action, d.RV, d.Reason = InitialNotOlderThan, n, ReasonInitialNotOlderThan
 	}
 	return d
+}
+
+// watchQuery is a watch request's parameters as Decide reads them; d holds
+// those the Decision carries as they are.
+type watchQuery struct {
+	d           Decision
+	watch       bool
+	sendInitial *bool
+	rv, rvMatch string
+	haveMatch   bool
+}
+
+// parseWatchQuery reads a watch request's parameters; ok is false for what
+// passes through as ReasonQuery: a repeated or unknown parameter, or a
+// value listproxy does not take for certain.
+func parseWatchQuery(values url.Values) (q watchQuery, ok bool) {
+	for name, vs := range values {
+		if len(vs) != 1 {
+			return q, false
+		}
+		v := vs[0]
+		switch name {
+		case "watch":
+			b, ok := parseBool(v)
+			if !ok || !b {
+				return q, false
+			}
+			q.watch = true
+		case "resourceVersion":
+			q.rv = v
+		case "resourceVersionMatch":
+			q.rvMatch, q.haveMatch = v, true
+		case "sendInitialEvents":
+			b, ok := parseBool(v)
+			if !ok {
+				return q, false
+			}
+			q.sendInitial = &b
+		case "allowWatchBookmarks":
+			b, ok := parseBool(v)
+			if !ok {
+				return q, false
+			}
+			q.d.Bookmarks = b
+		case "timeoutSeconds":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 || n > 1<<31 {
+				return q, false
+			}
+			q.d.Timeout = time.Duration(n) * time.Second
+		case "timeout":
+			// The apiserver ignores ?timeout= on watches; client-go sends it.
+			if _, err := time.ParseDuration(v); err != nil {
+				return q, false
+			}
+		case "includeObject":
+			// Read by collection.Parse for a Table; any other watch with
+			// it passes through (Handler.parse).
+			q.d.IncludeObject = true
+		case "labelSelector":
+			q.d.LabelSelector = v
+		case "fieldSelector":
+			q.d.FieldSelector = v
+		case "shardSelector":
+			q.d.ShardSelector = v
+		default:
+			return q, false
+		}
+	}
+	return q, true
 }
 
 // parseBool reads a boolean query value listproxy is sure of; the apiserver

@@ -486,6 +486,40 @@ func (s *jsonStream) readValue() ([]byte, error) {
 	}
 }
 
+// readKey reads an object member's key and the ':' after it.
+func (s *jsonStream) readKey() (string, error) {
+	rawKey, err := s.readValue()
+	if err != nil {
+		return "", err
+	}
+	key, err := decodeString(rawKey)
+	if err != nil {
+		return "", err
+	}
+	if err := s.expect(':'); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// memberEnd consumes the ',' or '}' after an object's member and reports
+// whether it was the '}' that ends the object; in names the object in the
+// error for any other byte.
+func (s *jsonStream) memberEnd(in string) (last bool, err error) {
+	c, err := s.peek()
+	if err != nil {
+		return false, unexpectedEOF(err)
+	}
+	s.pos++
+	if c == '}' {
+		return true, nil
+	}
+	if c != ',' {
+		return false, malformed("expected ',' or '}' in %s, found %q", in, c)
+	}
+	return false, nil
+}
+
 // atEOF skips whitespace and reports whether the input has ended cleanly.
 func (s *jsonStream) atEOF() (bool, error) {
 	_, err := s.peek()

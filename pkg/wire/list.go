@@ -104,15 +104,8 @@ func decodeJSONList(f Format, body io.Reader, item func([]byte) error, onColumns
 			s.pos++
 			break
 		}
-		rawKey, err := s.readValue()
+		key, err := s.readKey()
 		if err != nil {
-			return env, err
-		}
-		key, err := decodeString(rawKey)
-		if err != nil {
-			return env, err
-		}
-		if err := s.expect(':'); err != nil {
 			return env, err
 		}
 		switch {
@@ -141,25 +134,15 @@ func decodeJSONList(f Format, body io.Reader, item func([]byte) error, onColumns
 			if err != nil {
 				return env, err
 			}
-			var lm jsonListMeta
-			if err := json.Unmarshal(v, &lm); err != nil {
-				return env, malformed("list metadata: %v", err)
-			}
-			if lm.ShardInfo != nil && !sharded {
-				return env, unsupported("sharded list (metadata.shardInfo)")
-			}
-			env.ListMeta = ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount}
-			if lm.ShardInfo != nil {
-				env.ListMeta.ShardSelector = lm.ShardInfo.Selector
-			}
-		case key == "kind", key == "apiVersion":
-			v, err := s.readValue()
+			m, err := decodeJSONListMeta(v, sharded)
 			if err != nil {
 				return env, err
 			}
-			str, err := decodeString(v)
+			env.ListMeta = m
+		case key == "kind", key == "apiVersion":
+			str, err := readJSONListString(s, key)
 			if err != nil {
-				return env, fmt.Errorf("list %s: %w", key, err)
+				return env, err
 			}
 			if key == "kind" {
 				env.Kind = str
@@ -171,30 +154,63 @@ func decodeJSONList(f Format, body io.Reader, item func([]byte) error, onColumns
 				return env, err
 			}
 		}
-		c, err = s.peek()
-		if err != nil {
-			return env, unexpectedEOF(err)
-		}
-		s.pos++
-		if c == '}' {
+		if last, err := s.memberEnd("list"); err != nil {
+			return env, err
+		} else if last {
 			break
 		}
-		if c != ',' {
-			return env, malformed("expected ',' or '}' in list, found %q", c)
-		}
 	}
-	if eof, err := s.atEOF(); err != nil {
+	if err := checkJSONListEnd(s, sawItems, env.Kind); err != nil {
 		return env, err
-	} else if !eof {
-		return env, malformed("trailing data after list")
-	}
-	if !sawItems {
-		return env, malformed("list has no items (kind %q)", env.Kind)
 	}
 	// The typed encoder writes metadata before items; the unstructured one
 	// sorts keys, so items come before metadata.
 	env.Unstructured = f == JSON && itemsFirst
 	return env, nil
+}
+
+// readJSONListString reads the string value of a list's member key.
+func readJSONListString(s *jsonStream, key string) (string, error) {
+	v, err := s.readValue()
+	if err != nil {
+		return "", err
+	}
+	str, err := decodeString(v)
+	if err != nil {
+		return "", fmt.Errorf("list %s: %w", key, err)
+	}
+	return str, nil
+}
+
+// checkJSONListEnd checks that nothing follows a list (of kind) read to
+// its closing '}', and that it had items (sawItems).
+func checkJSONListEnd(s *jsonStream, sawItems bool, kind string) error {
+	if eof, err := s.atEOF(); err != nil {
+		return err
+	} else if !eof {
+		return malformed("trailing data after list")
+	}
+	if !sawItems {
+		return malformed("list has no items (kind %q)", kind)
+	}
+	return nil
+}
+
+// decodeJSONListMeta decodes a list's metadata v; a sharded list's
+// (metadata.shardInfo) is unsupported unless sharded.
+func decodeJSONListMeta(v []byte, sharded bool) (ListMeta, error) {
+	var lm jsonListMeta
+	if err := json.Unmarshal(v, &lm); err != nil {
+		return ListMeta{}, malformed("list metadata: %v", err)
+	}
+	if lm.ShardInfo != nil && !sharded {
+		return ListMeta{}, unsupported("sharded list (metadata.shardInfo)")
+	}
+	m := ListMeta{ResourceVersion: lm.ResourceVersion, Continue: lm.Continue, RemainingItemCount: lm.RemainingItemCount}
+	if lm.ShardInfo != nil {
+		m.ShardSelector = lm.ShardInfo.Selector
+	}
+	return m, nil
 }
 
 // decodeJSONItems reads a list's items, or a Table's rows, and reports

@@ -172,32 +172,44 @@ func (d *WatchDecoder) nextJSON() (Event, error) {
 			}
 			ev.Type = EventType(t)
 		case isObject:
-			if v[0] != '{' {
-				return Event{}, malformed("watch event object is not a JSON object")
+			o, st, err := d.jsonEventObject(v, ev.Type)
+			if err != nil {
+				return Event{}, err
 			}
-			// Copy or strip now: the next readValue may reuse the buffer.
-			if d.opts.StripTypeMeta && ev.Type != "" && ev.Type != Error {
-				obj, err = stripTypeMeta(v)
-				if err != nil {
-					return Event{}, err
-				}
-				stripped = true
-			} else {
-				obj = append([]byte(nil), v...)
-			}
+			obj, stripped = o, stripped || st
 		}
-		c, err := s.peek()
-		if err != nil {
-			return Event{}, unexpectedEOF(err)
-		}
-		s.pos++
-		if c == '}' {
+		if last, err := s.memberEnd("watch event"); err != nil {
+			return Event{}, err
+		} else if last {
 			break
 		}
-		if c != ',' {
-			return Event{}, malformed("expected ',' or '}' in watch event, found %q", c)
-		}
 	}
+	return d.finishJSONEvent(ev, obj, stripped)
+}
+
+// jsonEventObject copies a watch event's object v out of the buffer (the
+// next readValue may reuse it), stripping its type meta now (stripped) when
+// the options ask it and the event's type, read before it, is known and not
+// ERROR.
+func (d *WatchDecoder) jsonEventObject(v []byte, t EventType) (obj []byte, stripped bool, err error) {
+	if v[0] != '{' {
+		return nil, false, malformed("watch event object is not a JSON object")
+	}
+	if d.opts.StripTypeMeta && t != "" && t != Error {
+		obj, err = stripTypeMeta(v)
+		if err != nil {
+			return nil, false, err
+		}
+		return obj, true, nil
+	}
+	return append([]byte(nil), v...), false, nil
+}
+
+// finishJSONEvent completes a watch event read from JSON with its object
+// obj: the type and object checked, the object's type meta stripped if the
+// options ask it and it was not (stripped) as it was read, and, but for
+// ERROR events, the object's resourceVersion read.
+func (d *WatchDecoder) finishJSONEvent(ev Event, obj []byte, stripped bool) (Event, error) {
 	if !ev.Type.valid() {
 		return Event{}, malformed("watch event type %q", ev.Type)
 	}

@@ -82,12 +82,7 @@ func apiserverLists(t *testing.T, cp *framework.ControlPlane, resource string) i
 // syncs every pod from listproxy.
 func TestColdStoreStorm(t *testing.T) {
 	const pods, informers, pageSize = 3000, 20, 500
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if err := cp.CreateNamespace(ctx, loadNamespace, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, loadNamespace, 5*time.Minute)
 	seedLoadPods(ctx, t, cp, pods)
 	// Generous wait: the first list runs under -race on a busy machine.
 	lp := framework.StartListproxy(t, cp, "--resources=pods", "--etcd-servers="+cp.EtcdEndpoint,

@@ -376,11 +376,7 @@ func TestConsistentWithoutEtcdCRD(t *testing.T) {
 // or waiting for the feed's next bookmark.
 func TestConsistentWithoutEtcdKeepsProvenRevision(t *testing.T) {
 	const namespace = "quiet"
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, namespace, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, namespace, 0)
 	admin := kubernetes.NewForConfigOrDie(cp.AdminConfig)
 	for i := range 5 {
 		if _, err := admin.CoreV1().PodTemplates(namespace).Create(ctx, newPodTemplate(fmt.Sprintf("t-%d", i)), metav1.CreateOptions{}); err != nil {

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -695,11 +694,7 @@ func TestPagingConformance(t *testing.T) {
 		total = 400
 		limit = 17
 	)
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	templates := make([]*corev1.PodTemplate, total)
 	for i := range templates {
@@ -912,11 +907,7 @@ func TestCompactedContinueToken(t *testing.T) {
 		ns    = "compaction"
 		limit = 5
 	)
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	seedConfigMaps(t, cs, ns, "cm", 30) // cm-00 … cm-29
 	keys := writeKeyFile(t)
@@ -985,7 +976,10 @@ func TestCompactedContinueToken(t *testing.T) {
 		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-later"}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		compactRev := compactEtcd(t, cp.EtcdEndpoint)
+		compactRev, err := framework.CompactEtcd(ctx, []string{cp.EtcdEndpoint}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if tr := parseRV(t, tokenRV); int64(tr) >= compactRev {
 			t.Fatalf("token resourceVersion %d not below the compacted revision %d", tr, compactRev)
 		}
@@ -1027,27 +1021,6 @@ func TestCompactedContinueToken(t *testing.T) {
 			}
 		}
 	})
-}
-
-// compactEtcd compacts etcd physically at its current revision and returns it.
-func compactEtcd(t *testing.T, endpoint string) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	resp, err := client.Get(ctx, "compact_rev_key", clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev := resp.Header.Revision
-	if _, err := client.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatalf("compact at %d: %v", rev, err)
-	}
-	return rev
 }
 
 // ---------------------------------------------------------------------------
@@ -1235,11 +1208,7 @@ func TestProbeCoalescing(t *testing.T) {
 		readers   = 100
 		maxProbes = 10
 	)
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	seedConfigMaps(t, cp.Clientset(framework.UserAdmin), ns, "cm", 20)
 	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
 	cfg := lp.Config()
@@ -1296,12 +1265,8 @@ func TestProbeCoalescing(t *testing.T) {
 // object they are proven with etcd under the right prefix, and pass
 // through under a wrong one.
 func TestEmptyResourceDoesNotVerifyPrefix(t *testing.T) {
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
 	const ns = "emptyprefix"
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	// Nothing creates podtemplates: the resource is empty cluster-wide.
 	wrongLP := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint,
@@ -1354,11 +1319,7 @@ func TestEmptyResourceDoesNotVerifyPrefix(t *testing.T) {
 // inconsistently, as the apiserver's own token would.
 func TestCompactedRevisionNotServed(t *testing.T) {
 	const ns = "compactedrv"
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	seedConfigMaps(t, cs, ns, "cm", 10)
 	lp := framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint)
@@ -1379,7 +1340,9 @@ func TestCompactedRevisionNotServed(t *testing.T) {
 	if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cm-late"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	compactEtcdAsAPIServer(t, cp.EtcdEndpoint)
+	if _, err := framework.CompactEtcd(ctx, []string{cp.EtcdEndpoint}, true); err != nil {
+		t.Fatal(err)
+	}
 
 	// Both learn of the compaction by polling etcd (listproxy every 10s,
 	// the apiserver's watch cache every 15s).
@@ -1410,44 +1373,13 @@ func TestCompactedRevisionNotServed(t *testing.T) {
 	}
 }
 
-// compactEtcdAsAPIServer compacts etcd at its current revision the way
-// kube-apiserver's compactor does: it records the revision in
-// compact_rev_key, which every apiserver watches to learn of compactions,
-// then compacts. It returns the compacted revision.
-func compactEtcdAsAPIServer(t *testing.T, endpoint string) int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	resp, err := client.Get(ctx, "compact_rev_key", clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev := resp.Header.Revision
-	if _, err := client.Put(ctx, "compact_rev_key", strconv.FormatInt(rev, 10)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatalf("compact at %d: %v", rev, err)
-	}
-	return rev
-}
-
 // A legacy exact read (resourceVersion=N with limit, no match: what a
 // reflector relists with after a paginated list) at an N newer than the
 // store has seen is served from the snapshot of the last change at or before
 // N, proven with etcd, rather than sent to the apiserver.
 func TestLegacyExactNewerThanStore(t *testing.T) {
 	const ns = "legacyexact"
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx := t.Context()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 0)
 	cs := cp.Clientset(framework.UserAdmin)
 	seedConfigMaps(t, cs, ns, "cm", 8)
 	lpc := newRawClient(t, framework.StartListproxy(t, cp, "--etcd-servers="+cp.EtcdEndpoint).Config())

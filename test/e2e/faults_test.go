@@ -40,12 +40,7 @@ var podsSeries = []string{`resource="pods"`, `format="json"`}
 // notice; the evidence listproxy's stall timer is out of reach.
 func TestStalledWatchIsReestablished(t *testing.T) {
 	const ns = "stall"
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 3*time.Minute)
 	cs := cp.Clientset(framework.UserAdmin)
 	for i := range 3 {
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("before-%d", i), i), metav1.CreateOptions{}); err != nil {
@@ -192,12 +187,7 @@ func TestStalledWatchIsReestablished(t *testing.T) {
 // (TestAPIServerDownAndBack covers pass-through and readiness.)
 func TestAPIServerRestartMidWatch(t *testing.T) {
 	const ns = "restart"
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 3*time.Minute)
 	cs := cp.Clientset(framework.UserAdmin)
 	for i := range 4 {
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, newPod(ns, fmt.Sprintf("p-%d", i), i), metav1.CreateOptions{}); err != nil {

@@ -62,6 +62,25 @@ func newPod(ns, name string, i int) *corev1.Pod {
 	}
 }
 
+// startWithNamespace starts a control plane and creates namespace ns in it.
+// ctx is the test's context, bounded by timeout when it is not zero; it
+// ends when the test does, before its clean-ups (listproxy's, the control
+// plane's) run.
+func startWithNamespace(t *testing.T, ns string, timeout time.Duration) (*framework.ControlPlane, context.Context) {
+	t.Helper()
+	cp := framework.Start(t, framework.ControlPlaneConfig{})
+	ctx := t.Context()
+	if timeout != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		t.Cleanup(cancel)
+	}
+	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
+		t.Fatal(err)
+	}
+	return cp, ctx
+}
+
 // createNamespaceWithPods creates namespace ns holding n pods named
 // pod-0 … pod-(n-1) (newPod).
 func createNamespaceWithPods(ctx context.Context, t *testing.T, cp *framework.ControlPlane, ns string, n int) {

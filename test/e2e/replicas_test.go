@@ -20,7 +20,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -726,7 +725,7 @@ var (
 		return s.rs.Start(ctx, i)
 	}}
 	scaleCompaction = scaleFault{name: "etcd compaction", do: func(ctx context.Context, s *scaleRun) error {
-		_, err := compactAsAPIServer(ctx, s.cp.EtcdEndpoints...)
+		_, err := framework.CompactEtcd(ctx, s.cp.EtcdEndpoints, true)
 		return err
 	}}
 )
@@ -903,29 +902,6 @@ func (s *scaleRun) faultSchedule(ctx context.Context, duration time.Duration, so
 			pause(ctx, gap)
 		}
 	}
-}
-
-// compactAsAPIServer compacts etcd (any of endpoints, its members) at its
-// current revision, recording it where the apiserver does, and returns the
-// revision.
-func compactAsAPIServer(ctx context.Context, endpoints ...string) (int64, error) {
-	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
-	if err != nil {
-		return 0, err
-	}
-	defer client.Close()
-	resp, err := client.Get(ctx, "compact_rev_key", clientv3.WithCountOnly())
-	if err != nil {
-		return 0, err
-	}
-	rev := resp.Header.Revision
-	if _, err := client.Put(ctx, "compact_rev_key", strconv.FormatInt(rev, 10)); err != nil {
-		return 0, err
-	}
-	if _, err := client.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
-		return 0, errors.Join(fmt.Errorf("compact at %d", rev), err)
-	}
-	return rev, nil
 }
 
 // report prints the run's summary table.

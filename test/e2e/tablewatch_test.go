@@ -109,13 +109,8 @@ var ageCell = regexp.MustCompile(`^"([0-9]+)s"$`)
 // watches may wait for the bookmark rows, Table LIST pages above the gzip
 // threshold are compared (checkTableGzip).
 func TestTableWatchDifferential(t *testing.T) {
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
 	const ns = tableWatchNS
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 3*time.Minute)
 	cs := cp.Clientset(framework.UserAdmin)
 	for i := range 3 {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", i), Labels: map[string]string{"app": []string{"a", "a", "b"}[i]}}, Data: map[string]string{"k": "v"}}

@@ -28,12 +28,7 @@ import (
 // apiserver.
 func TestWarmStartFromPeer(t *testing.T) {
 	const ns, objects = "warm", 200
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 4*time.Minute)
 	cs := cp.Clientset(framework.UserAdmin)
 	for i := range objects {
 		scaleCreate(ctx, t, cs, ns, fmt.Sprintf("warm-%03d", i), "0")
@@ -136,12 +131,7 @@ func configMapValues(t *testing.T, ctx context.Context, cs kubernetes.Interface,
 // a request that succeeds: the replica lists from the apiserver.
 func TestWarmStartFromPeerServiceMode(t *testing.T) {
 	const ns = "warm-service"
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 3*time.Minute)
 	cs := cp.Clientset(framework.UserAdmin)
 	for i := range 50 {
 		scaleCreate(ctx, t, cs, ns, fmt.Sprintf("warm-%02d", i), "0")

@@ -783,12 +783,7 @@ func TestWatchersAcrossAPIServerRestart(t *testing.T) {
 // one of them.
 func TestManyWatchers(t *testing.T) {
 	const ns, watchers = "many-watchers", 1000
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 3*time.Minute)
 	cs := cp.Clientset(framework.UserAdmin)
 	createPodWhenAble(ctx, t, cs, ns, "p0")
 	lp := framework.StartListproxy(t, cp, "--serve-watches", "--resources=pods")

@@ -122,12 +122,7 @@ func TestWatchersAcrossStoreDrop(t *testing.T) {
 // neither the feed nor other watchers.
 func TestStalledWatchClient(t *testing.T) {
 	const ns, objects = "watch-stalled", 40
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 3*time.Minute)
 	lp := framework.StartListproxy(t, cp, "--serve-watches", "--etcd-servers="+cp.EtcdEndpoint, "--resources=configmaps", "--watch-write-timeout=3s")
 	path := "/api/v1/namespaces/" + ns + "/configmaps"
 	warmUp(ctx, t, newRawClient(t, lp.Config()), []target{{path: path}})
@@ -218,12 +213,7 @@ func stalledWatch(ctx context.Context, t *testing.T, lp *framework.Listproxy, pa
 // meanwhile.
 func TestStalledWatchClientResumes(t *testing.T) {
 	const ns, big, small = "watch-parked", 40, 1100
-	cp := framework.Start(t, framework.ControlPlaneConfig{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := cp.CreateNamespace(ctx, ns, nil); err != nil {
-		t.Fatal(err)
-	}
+	cp, ctx := startWithNamespace(t, ns, 3*time.Minute)
 	lp := framework.StartListproxy(t, cp, "--serve-watches", "--etcd-servers="+cp.EtcdEndpoint, "--resources=configmaps")
 	path := "/api/v1/namespaces/" + ns + "/configmaps"
 	warmUp(ctx, t, newRawClient(t, lp.Config()), []target{{path: path}})

@@ -819,7 +819,7 @@ func checkWatchListsAcrossRelist(ctx context.Context, t *testing.T, cp *framewor
 			t.Fatal(err)
 		}
 	}
-	rev, err := compactAsAPIServer(ctx, cp.EtcdEndpoint)
+	rev, err := framework.CompactEtcd(ctx, []string{cp.EtcdEndpoint}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

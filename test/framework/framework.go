@@ -507,6 +507,34 @@ func etcdStatus(ctx context.Context, endpoint string) (id, leader uint64, err er
 	return st.Header.MemberId, st.Leader, nil
 }
 
+// CompactEtcd compacts etcd (any of endpoints, its members) physically at
+// its current revision and returns that revision. With asAPIServer it first
+// records the revision under compact_rev_key, as kube-apiserver's own
+// compaction does (every apiserver watches that key to learn of
+// compactions); the record is a write, so the compacted revision is then one
+// below the current one.
+func CompactEtcd(ctx context.Context, endpoints []string, asAPIServer bool) (int64, error) {
+	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = client.Close() }()
+	resp, err := client.Get(ctx, "compact_rev_key", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	rev := resp.Header.Revision
+	if asAPIServer {
+		if _, err := client.Put(ctx, "compact_rev_key", strconv.FormatInt(rev, 10)); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := client.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		return 0, fmt.Errorf("compact at %d: %w", rev, err)
+	}
+	return rev, nil
+}
+
 // StartAPIServer starts kube-apiserver on its port with the same flags and
 // waits until /readyz is 200 and the default namespace and RBAC bootstrap
 // roles exist. ctx bounds the wait.

@@ -14,7 +14,8 @@ import (
 // HA is a control plane as production runs one: a 3-member etcd and
 // several kube-apiservers on it behind a loopback TCP balancer that sends
 // each new connection to the next apiserver whose /readyz answers 200.
-// kube-apiserver 0 is CP's own; the others are AddAPIServer's.
+// kube-apiserver 0 is CP's own, the others AddAPIServer's; HA drives all
+// of them alike (haAPIServer).
 type HA struct {
 	CP *ControlPlane
 	// URL is the balancer's https://127.0.0.1:PORT, the address clients
@@ -22,8 +23,26 @@ type HA struct {
 	URL      string
 	Balancer *Balancer
 
-	more []*APIServer // kube-apiservers 1..n-1
+	apiservers []haAPIServer // kube-apiserver i is the balancer's backend i
 }
+
+// haAPIServer is one kube-apiserver as HA drives it.
+type haAPIServer interface {
+	Start(ctx context.Context) error
+	Kill() error
+	Process() *Process // nil when stopped
+	addr() string      // 127.0.0.1:PORT, the balancer's backend
+}
+
+// ownAPIServer is the control plane's own kube-apiserver as an haAPIServer.
+type ownAPIServer struct{ cp *ControlPlane }
+
+func (o ownAPIServer) Start(ctx context.Context) error { return o.cp.StartAPIServer(ctx) }
+func (o ownAPIServer) Kill() error                     { return o.cp.KillAPIServer() }
+func (o ownAPIServer) Process() *Process               { return o.cp.APIServerProcess() }
+func (o ownAPIServer) addr() string                    { return strings.TrimPrefix(o.cp.APIServerURL, "https://") }
+
+func (a *APIServer) addr() string { return strings.TrimPrefix(a.URL, "https://") }
 
 // StartHA starts an HA control plane with a 3-member etcd and apiservers
 // kube-apiservers (at least 2) for a test, and stops it when the test ends.
@@ -31,14 +50,17 @@ func StartHA(t testing.TB, cfg ControlPlaneConfig, apiservers int) *HA {
 	t.Helper()
 	cfg.EtcdMembers = 3
 	cp := Start(t, cfg)
-	h := &HA{CP: cp, more: StartAPIServers(t, cp, max(apiservers, 2)-1)}
+	h := &HA{CP: cp, apiservers: []haAPIServer{ownAPIServer{cp}}}
+	for _, a := range StartAPIServers(t, cp, max(apiservers, 2)-1) {
+		h.apiservers = append(h.apiservers, a)
+	}
 	probe, err := APIServerReadyProbe(cp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addrs := []string{strings.TrimPrefix(cp.APIServerURL, "https://")}
-	for _, a := range h.more {
-		addrs = append(addrs, strings.TrimPrefix(a.URL, "https://"))
+	var addrs []string
+	for _, a := range h.apiservers {
+		addrs = append(addrs, a.addr())
 	}
 	if h.Balancer, err = StartBalancerProbing(addrs, probe); err != nil {
 		t.Fatal(err)
@@ -49,7 +71,7 @@ func StartHA(t testing.TB, cfg ControlPlaneConfig, apiservers int) *HA {
 }
 
 // APIServers returns how many kube-apiservers the control plane runs.
-func (h *HA) APIServers() int { return 1 + len(h.more) }
+func (h *HA) APIServers() int { return len(h.apiservers) }
 
 // UserConfig is ControlPlane.UserConfig through the balancer.
 func (h *HA) UserConfig(user string) *rest.Config {
@@ -81,23 +103,12 @@ func (h *HA) KillEtcdLeader(ctx context.Context) (int, error) {
 }
 
 // KillAPIServer ends kube-apiserver i with SIGKILL.
-func (h *HA) KillAPIServer(i int) error {
-	if i == 0 {
-		return h.CP.KillAPIServer()
-	}
-	return h.more[i-1].Kill()
-}
+func (h *HA) KillAPIServer(i int) error { return h.apiservers[i].Kill() }
 
 // StartAPIServer starts kube-apiserver i again and waits until it is
 // ready and the balancer has seen it ready. ctx bounds the wait.
 func (h *HA) StartAPIServer(ctx context.Context, i int) error {
-	var err error
-	if i == 0 {
-		err = h.CP.StartAPIServer(ctx)
-	} else {
-		err = h.more[i-1].Start(ctx)
-	}
-	if err != nil {
+	if err := h.apiservers[i].Start(ctx); err != nil {
 		return err
 	}
 	return h.waitBalanced(ctx, i, true)
@@ -133,12 +144,7 @@ func (h *HA) ResumeAPIServer(ctx context.Context, i int) error {
 // apiserverProcess returns kube-apiserver i's process, an error when it is
 // not running.
 func (h *HA) apiserverProcess(i int) (*Process, error) {
-	var p *Process
-	if i == 0 {
-		p = h.CP.APIServerProcess()
-	} else {
-		p = h.more[i-1].Process()
-	}
+	p := h.apiservers[i].Process()
 	if p == nil {
 		return nil, fmt.Errorf("kube-apiserver %d is not running", i)
 	}
