@@ -158,7 +158,7 @@ func TestShardRangesEight(t *testing.T) {
 // short of 2^64 or write a bound otherwise are caught, by the checks and
 // by the probes of TestShardRangesTile.
 func TestTilingProblemsCatchMutants(t *testing.T) {
-	n := func(x int64) *big.Int { return big.NewInt(x) }
+	n := big.NewInt
 	sub := func(a, b *big.Int) *big.Int { return new(big.Int).Sub(a, b) }
 	good := shardRanges(8)
 	mutate := func(f func(rs []shardRange)) []shardRange {

@@ -420,10 +420,10 @@ func TestSlotWriteTimeout(t *testing.T) {
 	}
 }
 
-func (f *Queue) inflightCountsForTest() (int, int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lists, f.bytes
+func (q *Queue) inflightCountsForTest() (int, int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.lists, q.bytes
 }
 
 // TestAdmitWatchList: a watch-list's initial events take room in the same

@@ -17,9 +17,10 @@ import (
 // the 1.37 apiserver with the gate on does, whatever the apiserver's gate:
 // an apiserver without it (1.31, or the gate off) ignores the parameter.
 
-// ReasonShardSelector: a shard selector on a resource of an aggregated
-// API, whose server answers it as it knows (the kube-apiserver only
-// proxies it); the servers also pass shard selectors through with it when
+// ReasonShardSelector is the pass-through reason of a shard selector on a
+// resource of an aggregated API, whose server answers it as it knows (the
+// kube-apiserver only proxies it); the servers also pass shard selectors
+// through with it when
 // serving them is off.
 const ReasonShardSelector = "shard_selector"
 

@@ -586,8 +586,6 @@ func (s *Store) ChangedWithin(d time.Duration) bool {
 	return s.within(s.lastChange.Load(), d)
 }
 
-// within reports whether at (Unix nanoseconds of the store's clock, 0 for
-// never) lies within d of now.
 // FedWithin reports whether the store's feed showed life within d of now
 // (the store's clock): a bookmark, a change, or a (re)list, after which
 // its watch starts.
@@ -595,6 +593,8 @@ func (s *Store) FedWithin(d time.Duration) bool {
 	return s.BookmarkedWithin(d) || s.ChangedWithin(d) || s.within(s.lastReplace.Load(), d)
 }
 
+// within reports whether at (Unix nanoseconds of the store's clock, 0 for
+// never) lies within d of now.
 func (s *Store) within(at int64, d time.Duration) bool {
 	return at != 0 && s.clock.Since(time.Unix(0, at)) <= d
 }

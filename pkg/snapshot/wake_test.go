@@ -246,7 +246,7 @@ func TestWaitShard(t *testing.T) {
 		}
 		return "uid-" + e.Name(), nil
 	}
-	hashOf := func(v string) uint64 { return fnvSum(v) }
+	hashOf := fnvSum
 	hex := func(h uint64) string { return fmt.Sprintf("0x%016x", h) }
 	shard := func(key string, ranges ...[2]string) sharding.Selector {
 		var reqs []sharding.ShardRangeRequirement

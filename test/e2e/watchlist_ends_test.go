@@ -340,7 +340,7 @@ func (k wlChecker) once(ctx context.Context, c wlCase) wlVerdict {
 		// same code, unless it is the refusal of an apiserver without the
 		// WatchList feature, whose watch-lists listproxy serves.
 		refusedWatchList := !k.watchList && api.code == http.StatusUnprocessableEntity && strings.Contains(api.message, "sendInitialEvents")
-		if !(refusedWatchList && lp.ended) {
+		if !refusedWatchList || !lp.ended {
 			if lp.outcome() != api.outcome() {
 				bad("answered %d, the apiserver %d", lp.outcome(), api.outcome())
 			}

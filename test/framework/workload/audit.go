@@ -31,7 +31,9 @@ func ComponentReads(cp *framework.ControlPlane) (reads map[string]int, examples 
 		}
 		// One audit event per request: a watch's when its response
 		// started, a list's when it completed.
-		if !(ev.Verb == "watch" && ev.Stage == "ResponseStarted") && !(ev.Verb == "list" && ev.Stage == "ResponseComplete") {
+		watchStarted := ev.Verb == "watch" && ev.Stage == "ResponseStarted"
+		listCompleted := ev.Verb == "list" && ev.Stage == "ResponseComplete"
+		if !watchStarted && !listCompleted {
 			continue
 		}
 		key := ev.Verb + " " + ev.ObjectRef.Resource
