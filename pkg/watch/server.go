@@ -10,7 +10,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/sharding"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/listproxy/listproxy/pkg/collection"
@@ -473,18 +472,15 @@ func (s *Server) serveError(w http.ResponseWriter, r *http.Request, d Decision, 
 	m.started(labels, d.Reason)
 	defer m.stopped(labels)
 	wr := newWriter(w, t.Format, t.Type, s.cfg.WriteTimeout, s.cfg.Clock)
-	buf, err := wire.AppendErrorEvent(nil, t.Format, status)
-	if err != nil {
-		klog.ErrorS(err, "Cannot encode a watch error", "resource", t.Resource)
-	}
 	s.writeHead(w, r, d, t, wr)
-	wr.buf = buf
+	wr.errorEvent(status, t.Resource)
+	n := wr.queued()
 	reason := EndError
 	if err := wr.flush(); err != nil {
 		reason = EndClientGone
 	}
 	m.event(labels, wire.Error)
-	m.sent(labels, len(buf))
+	m.sent(labels, n)
 	wr.close(wr.err != nil)
 	m.ended(labels, reason)
 }

@@ -510,19 +510,7 @@ func (w *watcher) readChanges() (int, error) {
 func (w *watcher) expired() error {
 	since, _ := w.t.Store.FeedSince()
 	status := apierrors.NewResourceExpired(fmt.Sprintf("too old resource version: %d (%d)", w.readRV, since)).ErrStatus
-	f := w.wr.format
-	var encodeErr error
-	w.wr.raw(func(dst []byte) []byte {
-		out, err := wire.AppendErrorEvent(dst, f, &status)
-		if err != nil {
-			encodeErr = err
-			return dst
-		}
-		return out
-	})
-	if encodeErr != nil {
-		klog.ErrorS(encodeErr, "Cannot encode a watch error", "resource", w.t.Resource)
-	} else {
+	if w.wr.errorEvent(&status, w.t.Resource) {
 		w.metrics.event(w.labels, wire.Error)
 	}
 	if err := w.flush(); err != nil {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"github.com/listproxy/listproxy/pkg/wire"
@@ -90,6 +92,21 @@ func (w *writer) raw(appendFrame func(dst []byte) []byte) {
 		w.buf = getBurst()
 	}
 	w.buf = appendFrame(w.buf)
+}
+
+// errorEvent queues an ERROR event carrying status, the watch's last. It
+// reports false, having logged why, when status cannot be encoded.
+func (w *writer) errorEvent(status *metav1.Status, resource string) bool {
+	if w.buf == nil {
+		w.buf = getBurst()
+	}
+	out, err := wire.AppendErrorEvent(w.buf, w.format, status)
+	if err != nil {
+		klog.ErrorS(err, "Cannot encode a watch error", "resource", resource)
+		return false
+	}
+	w.buf = out
+	return true
 }
 
 // frame queues an encoded frame, which must not change until flushed.
