@@ -25,9 +25,10 @@ deps: control-plane control-plane-compat prometheus
 control-plane:
 	$(STAGE) deps:control-plane-$(KUBE_VERSION) hack/build-deps.sh $(KUBE_VERSION)
 
-## control-plane-compat: the same for KUBE_COMPAT_VERSION, the old release of the compatibility stage
+## control-plane-compat: the same for KUBE_COMPAT_VERSION, the old release of the compatibility stage, without the scheduler it never runs
 control-plane-compat:
-	$(STAGE) deps:control-plane-$(KUBE_COMPAT_VERSION) hack/build-deps.sh $(KUBE_COMPAT_VERSION)
+	KUBE_COMMANDS="kube-apiserver kube-controller-manager kubectl" \
+		$(STAGE) deps:control-plane-$(KUBE_COMPAT_VERSION) hack/build-deps.sh $(KUBE_COMPAT_VERSION)
 
 ## prometheus: the pinned Prometheus server and promtool the tests use (no-op when current)
 prometheus:
@@ -37,10 +38,24 @@ prometheus:
 run: control-plane build
 	$(GO) run ./hack/localup
 
-## test: deps, then side by side (TEST_JOBS at a time, longest first) the unit tests with -race, the e2e parts against KUBE_VERSION, the compatibility parts against KUBE_COMPAT_VERSION and the table oracles; prints each stage's start and time, and the wall time, at the end
-test: test-stages-reset deps e2e-test-binary
+## test: deps and the test binaries, then side by side (TEST_JOBS at a time, longest first) the unit tests with -race, the e2e parts against KUBE_VERSION, the compatibility parts against KUBE_COMPAT_VERSION and the table oracles; prints each stage's start and time, and the wall time, at the end
+test: test-stages-reset
+	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_BUILDS)
 	$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target $(TEST_PARTS)
 	@hack/stage-time.sh print
+
+# What the stages need, built side by side first, longest first: on a
+# fresh machine one build's module downloads and links overlap another's
+# compiles. test-build-listproxy fills the build cache for the tests that
+# run listproxy as a process (they `go build` it themselves), so that parts
+# starting together do not each compile it cold; test-build-helm builds the
+# pinned helm the chart tests would otherwise build on first use.
+TEST_BUILDS = control-plane control-plane-compat e2e-test-binary prometheus test-build-helm test-build-listproxy
+
+test-build-listproxy:
+	$(STAGE) build:listproxy $(GO) build -o $(BIN)/listproxy ./cmd/listproxy
+test-build-helm:
+	$(STAGE) build:helm hack/install-tools.sh helm
 
 # The stages after deps, longest first (as measured alone), so that the
 # last to start are short ones.
@@ -181,4 +196,4 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
 	done
 
-.PHONY: test-stages-reset all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-unit-only test-table-oracle $(TABLE_ORACLES) e2e-test-binary test-e2e $(E2E_PARTS) test-compat $(COMPAT_PARTS) verify bench fuzz soak soak-ha conformance clean
+.PHONY: test-stages-reset test-build-listproxy test-build-helm all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-unit-only test-table-oracle $(TABLE_ORACLES) e2e-test-binary test-e2e $(E2E_PARTS) test-compat $(COMPAT_PARTS) verify bench fuzz soak soak-ha conformance clean

@@ -6,11 +6,17 @@
 # makes a rebuild of unchanged sources take seconds; a stamp file per version
 # makes an up-to-date run a no-op.
 #
-# Usage: hack/build-deps.sh [VERSION...]     e.g. hack/build-deps.sh 1.37.2 1.31.14
+# KUBE_COMMANDS narrows the Kubernetes commands built (default: all four),
+# e.g. for a release whose tests never run the scheduler; etcd is always built.
+#
+# Usage: [KUBE_COMMANDS="kube-apiserver ..."] hack/build-deps.sh [VERSION...]
+#        e.g. hack/build-deps.sh 1.37.2 1.31.14
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export GOWORK=off
+
+read -r -a commands <<<"${KUBE_COMMANDS:-kube-apiserver kube-controller-manager kube-scheduler kubectl}"
 
 versions=("$@")
 if [[ ${#versions[@]} -eq 0 ]]; then
@@ -19,7 +25,7 @@ fi
 
 build() {
   local v="${1#v}"
-  local major minor tools bin stamp want
+  local major minor tools bin stamp want cmd missing="" pkgs=()
   major="$(echo "${v}" | cut -d. -f1)"
   minor="$(echo "${v}" | cut -d. -f2)"
   tools="${root}/hack/tools/kube-${major}.${minor}"
@@ -31,10 +37,15 @@ build() {
   mkdir -p "${bin}"
   stamp="${bin}/.deps-stamp"
   want="$(cat "${tools}/go.mod" "${tools}/go.sum" "${tools}/cmd/etcd/main.go" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)"
-  if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${want}" ]] &&
-     [[ -x "${bin}/etcd" && -x "${bin}/kube-apiserver" && -x "${bin}/kube-controller-manager" && -x "${bin}/kube-scheduler" && -x "${bin}/kubectl" ]]; then
+  for cmd in etcd "${commands[@]}"; do
+    [[ -x "${bin}/${cmd}" ]] || missing+=" ${cmd}"
+  done
+  if [[ -f "${stamp}" && "$(cat "${stamp}")" == "${want}" && -z "${missing}" ]]; then
     return 0
   fi
+  for cmd in "${commands[@]}"; do
+    pkgs+=("k8s.io/kubernetes/cmd/${cmd}")
+  done
 
   # Stamp the version the way the Kubernetes release build does, so /version
   # reports the release instead of v0.0.0-master.
@@ -50,9 +61,8 @@ build() {
     cd "${tools}"
     go build -o "${bin}/etcd" ./cmd/etcd
     # One build for the Kubernetes commands: their shared packages compile
-    # once and the four links run in parallel.
-    go build -ldflags "${ldflags}" -o "${bin}/" k8s.io/kubernetes/cmd/kube-apiserver \
-      k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+    # once and the links run in parallel.
+    go build -ldflags "${ldflags}" -o "${bin}/" "${pkgs[@]}"
   )
   echo "${want}" > "${stamp}"
 }
