@@ -48,11 +48,14 @@ test: test-stages-reset
 # fresh machine one build's module downloads and links overlap another's
 # compiles. test-build-listproxy fills the build cache for the tests that
 # run listproxy as a process (they `go build` it themselves), so that parts
-# starting together do not each compile it cold; test-build-helm builds the
-# pinned helm the chart tests would otherwise build on first use.
+# starting together do not each compile it cold; it follows the control
+# plane, whose module shares listproxy's dependency versions
+# (hack/update-kube-module.sh), so that it compiles little more than
+# listproxy's own packages. test-build-helm builds the pinned helm the
+# chart tests would otherwise build on first use.
 TEST_BUILDS = control-plane control-plane-compat e2e-test-binary prometheus test-build-helm test-build-listproxy
 
-test-build-listproxy:
+test-build-listproxy: control-plane
 	$(STAGE) build:listproxy $(GO) build -o $(BIN)/listproxy ./cmd/listproxy
 test-build-helm:
 	$(STAGE) build:helm hack/install-tools.sh helm
@@ -91,8 +94,8 @@ $(TABLE_ORACLES): table-oracle-%:
 # run side by side, each under its own timeout (and meant to stay under
 # half of it). Each part is a set of test-name prefixes; e2e-rest runs
 # every test no other part names, e2e-others the tests of the other
-# packages under test/ (chart, framework, imports). Longest first, so
-# that the last part to start is a short one.
+# packages under test/ (chart, framework; the import graph is a unit
+# test). Longest first, so that the last part to start is a short one.
 E2E_TEST := $(abspath $(OUT))/e2e.test
 E2E_ENV := LISTPROXY_BIN_DIR=$(abspath $(BIN))
 E2E_CONTROLPLANE := TestControlPlaneThroughListproxy
@@ -120,7 +123,7 @@ e2e-reads: ; $(call E2E_RUN,e2e:reads,20m,$(E2E_READS))
 e2e-rest:
 	cd test/e2e && $(E2E_ENV) $(STAGE) e2e:rest $(E2E_TEST) -test.count=1 -test.timeout 20m -test.skip '^($(E2E_NAMED))'
 e2e-others:
-	$(E2E_ENV) $(STAGE) e2e:others $(GO) test -race -count=1 -timeout 20m ./test/chart/ ./test/framework/... ./test/imports/
+	$(E2E_ENV) $(STAGE) e2e:others $(GO) test -race -count=1 -timeout 20m ./test/chart/ ./test/framework/...
 
 ## test-e2e: the e2e parts against KUBE_VERSION, TEST_JOBS at a time
 test-e2e: e2e-test-binary
@@ -177,6 +180,13 @@ conformance: control-plane build e2e-binary
 bench: control-plane build
 	$(GO) run ./hack/bench
 
+## bench-scale: in-process benchmarks beyond what this machine's control plane holds: one store of BENCH_SCALE_OBJECTS (default 1,000,000) objects (page cost at the start and the end, memory per object, a change's cost) and node-scoped watchers at BENCH_SCALE_WATCHERS (default 100,000)
+BENCH_SCALE_OBJECTS ?= 1000000
+BENCH_SCALE_WATCHERS ?= 100000
+bench-scale:
+	LISTPROXY_BENCH_OBJECTS=$(BENCH_SCALE_OBJECTS) $(GO) test -run '^$$' -bench '^(BenchmarkPage|BenchmarkStoreMemory|BenchmarkApplyClone)$$' -benchtime 2s ./pkg/snapshot/
+	LISTPROXY_BENCH_WATCHERS=$(BENCH_SCALE_WATCHERS) $(GO) test -run '^$$' -bench '^BenchmarkFanOutNodeScoped$$' -benchtime 20000x ./pkg/watch/
+
 ## fuzz: every fuzz target in turn for FUZZTIME each (default 30s); `make test` already runs their seed corpora
 FUZZTIME ?= 30s
 FUZZ_TARGETS := \
@@ -196,4 +206,4 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) ./$$pkg; \
 	done
 
-.PHONY: test-stages-reset test-build-listproxy test-build-helm all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-unit-only test-table-oracle $(TABLE_ORACLES) e2e-test-binary test-e2e $(E2E_PARTS) test-compat $(COMPAT_PARTS) verify bench fuzz soak soak-ha conformance clean
+.PHONY: test-stages-reset test-build-listproxy test-build-helm all build deps control-plane control-plane-compat prometheus e2e-binary run test test-unit test-unit-only test-table-oracle $(TABLE_ORACLES) e2e-test-binary test-e2e $(E2E_PARTS) test-compat $(COMPAT_PARTS) verify bench bench-scale fuzz soak soak-ha conformance clean

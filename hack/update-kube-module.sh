@@ -3,8 +3,14 @@
 # and resolves its go.sum. Run it only to add or move a version; the committed
 # go.mod and go.sum are what hack/build-deps.sh builds from and verifies against.
 #
-# Usage: hack/update-kube-module.sh KUBE_VERSION ETCD_VERSION
-#   e.g. hack/update-kube-module.sh 1.37.2 3.7.0
+# Usage: [ALIGN_WITH_LISTPROXY=1] hack/update-kube-module.sh KUBE_VERSION ETCD_VERSION
+#   e.g. ALIGN_WITH_LISTPROXY=1 hack/update-kube-module.sh 1.37.2 3.7.0
+#
+# ALIGN_WITH_LISTPROXY=1 (for the default release, whose k8s.io modules are
+# the ones listproxy requires) raises every module the two share to
+# listproxy's version where listproxy's is newer. The shared packages then
+# compile to the same build-cache entries, so that listproxy and the 1.37
+# Table oracle reuse what the control-plane build compiled.
 #
 # ETCD_VERSION is the etcd server built beside the control plane: the one the
 # release's own go.mod pins (k8s.io/kubernetes requires its etcd client at that
@@ -58,7 +64,8 @@ staging_version() {
   echo "// Module kube pins one control-plane release, k8s.io/kubernetes v${kv}, and the"
   echo "// etcd server it is tested with. hack/build-deps.sh builds etcd, kube-apiserver,"
   echo "// kube-controller-manager and kubectl from it into _output/kube-v${kv}/bin."
-  echo "// Written by hack/update-kube-module.sh; it never meets listproxy's own module."
+  echo "// Written by hack/update-kube-module.sh; it never meets listproxy's own module"
+  echo "// (with ALIGN_WITH_LISTPROXY=1 it shares the versions of the modules both use)."
   echo "module github.com/listproxy/listproxy/hack/tools/kube-1.${minor}"
   echo
   echo "go 1.26.0"
@@ -110,3 +117,19 @@ GO
 rm -f "${dir}/go.sum"
 cd "${dir}"
 go mod tidy
+
+if [[ "${ALIGN_WITH_LISTPROXY:-}" == 1 ]]; then
+  # Modules both build lists hold, at listproxy's version where it is newer.
+  raise="$(join <(go list -m -f '{{.Path}} {{.Version}}' all | sort) \
+                <(cd "${root}" && go list -m -f '{{.Path}} {{.Version}}' all | sort) |
+    awk '$2 != $3 {print $1, $2, $3}' | while read -r m ours theirs; do
+      if [[ "$(printf '%s\n%s\n' "${ours}" "${theirs}" | sort -V | tail -1)" == "${theirs}" ]]; then
+        echo "${m}@${theirs}"
+      fi
+    done)"
+  if [[ -n "${raise}" ]]; then
+    # shellcheck disable=SC2086 # one argument per module
+    go get ${raise}
+    go mod tidy
+  fi
+fi

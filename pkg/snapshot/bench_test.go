@@ -24,12 +24,34 @@ import (
 // the apiserver's JSON list, managedFields included). Run with
 //
 //	go test -run XXX -bench . -benchmem ./pkg/snapshot/
+//
+// LISTPROXY_BENCH_OBJECTS sets another number of objects, e.g. 1000000 for
+// a store beyond what one test machine's control plane can hold (`make
+// bench-scale`).
 
 const (
-	benchObjects    = 100_000
 	benchNamespaces = 100
 	benchPageLimit  = 500
 )
+
+// benchObjects is the store size of the benchmarks: 100,000, or
+// $LISTPROXY_BENCH_OBJECTS.
+var benchObjects = envCount("LISTPROXY_BENCH_OBJECTS", 100_000)
+
+// envCount is the positive integer in the environment variable name, or def
+// when it is unset. A value that is not a positive integer panics: a
+// benchmark must not quietly run at another scale than asked.
+func envCount(name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		panic(fmt.Sprintf("%s=%q: want a positive integer", name, v))
+	}
+	return n
+}
 
 // podTemplate is testdata/pod.json, compacted as the apiserver sends it,
 // with $NAME, $NAMESPACE, $APP, $UID, $RV, $IDX, $TIER, $NODE and $IP
@@ -164,7 +186,7 @@ func benchPage(snap *Snapshot, after string) func(b *testing.B) {
 	}
 }
 
-// BenchmarkPage: one page of 500 from a 100k-object snapshot costs
+// BenchmarkPage: one page of 500 from a snapshot of benchObjects costs
 // O(log n + limit), the same at the start and near the end of the list.
 func BenchmarkPage(b *testing.B) {
 	s, keys := benchStore(sharedEntries(b), StoreConfig{})
@@ -203,7 +225,7 @@ func BenchmarkPageSelector(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyClone is the per-event cost of Apply on a 100k-object pods
+// BenchmarkApplyClone is the per-event cost of Apply on a benchObjects pods
 // store: replace one object, then Clone the object, count and index trees
 // into a new published snapshot. history=none keeps no superseded
 // snapshots; history=N runs at a steady history depth of N snapshots (one
@@ -259,7 +281,7 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// BenchmarkStoreMemory builds a 100k-object store from objects with their
+// BenchmarkStoreMemory builds a store of benchObjects objects from objects with their
 // own bytes, as the feeder does, and reports the store's in-memory overhead
 // per object beyond the objects' encoded bytes: the Entry, its strings,
 // label and field maps (entry-bytes/obj) and the trees (tree-bytes/obj).
@@ -277,10 +299,11 @@ func BenchmarkStoreMemory(b *testing.B) {
 	withEntries := heapInUse()
 	s, _ := benchStore(entries, StoreConfig{})
 	withStore := heapInUse()
-	entryBytes := float64(int64(withEntries-before)-raw) / benchObjects
-	treeBytes := float64(withStore-withEntries) / benchObjects
+	n := float64(benchObjects)
+	entryBytes := float64(int64(withEntries-before)-raw) / n
+	treeBytes := float64(withStore-withEntries) / n
 	b.Logf("%d objects, %.0f raw bytes each: overhead %.0f bytes/object (entry %.0f of which %.0f is Raw's size-class rounding, trees %.0f), %.1f%% of raw",
-		benchObjects, float64(raw)/benchObjects, entryBytes+treeBytes, entryBytes, float64(slack)/benchObjects, treeBytes, 100*(entryBytes+treeBytes)*benchObjects/float64(raw))
+		benchObjects, float64(raw)/n, entryBytes+treeBytes, entryBytes, float64(slack)/n, treeBytes, 100*(entryBytes+treeBytes)*n/float64(raw))
 	runtime.KeepAlive(s)
 
 	b.ReportAllocs()
@@ -288,9 +311,9 @@ func BenchmarkStoreMemory(b *testing.B) {
 		s.Replace(entries, uint64(2*benchObjects))
 	}
 	// After the loop: b.Loop's timer reset drops metrics reported before it.
-	b.ReportMetric(float64(raw)/benchObjects, "raw-bytes/obj")
+	b.ReportMetric(float64(raw)/n, "raw-bytes/obj")
 	b.ReportMetric(entryBytes, "entry-bytes/obj")
-	b.ReportMetric(float64(slack)/benchObjects, "raw-slack-bytes/obj")
+	b.ReportMetric(float64(slack)/n, "raw-slack-bytes/obj")
 	b.ReportMetric(treeBytes, "tree-bytes/obj")
 	b.ReportMetric(entryBytes+treeBytes, "overhead-bytes/obj")
 }

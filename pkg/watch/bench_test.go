@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -91,12 +94,34 @@ func benchmarkFanOut(b *testing.B, watchers int) {
 }
 
 // sharedCounter counts the frames (JSON: lines) written by many watchers
-// and signals when want were written in all.
+// and signals when want were written in all; it also counts the watches
+// that wrote their response head.
 type sharedCounter struct {
 	frames atomic.Int64
 	mu     sync.Mutex
 	want   int64
 	done   chan struct{}
+
+	started     int64 // guarded by mu
+	wantStarted int64
+	allStarted  chan struct{}
+}
+
+// expectStarted returns a channel closed once n watches wrote their head.
+func (c *sharedCounter) expectStarted(n int64) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wantStarted, c.allStarted = n, make(chan struct{})
+	return c.allStarted
+}
+
+func (c *sharedCounter) start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.started++
+	if c.allStarted != nil && c.started == c.wantStarted {
+		close(c.allStarted)
+	}
 }
 
 // expect returns a channel closed once want frames were written in all.
@@ -126,11 +151,21 @@ type counterWriter struct {
 }
 
 func (w *counterWriter) Header() http.Header { return w.header }
-func (w *counterWriter) WriteHeader(int)     {}
+func (w *counterWriter) WriteHeader(int)     { w.c.start() }
 func (w *counterWriter) Flush()              {}
 func (w *counterWriter) Write(p []byte) (int, error) {
 	w.c.add(int64(bytes.Count(p, []byte("\n"))))
 	return len(p), nil
+}
+
+// memoryInUse is the live heap plus the goroutine stacks after a full
+// collection: what the watchers hold while idle.
+func memoryInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc + ms.StackInuse
 }
 
 // processCPU returns the CPU time (user and system) the process used so far.
@@ -152,8 +187,19 @@ func processCPU(b *testing.B) time.Duration {
 // 100 watchers, 17 µs with 1,000, 20 µs with 5,000; with a sweep that
 // woke every watcher once per 256 changes it was 361 µs with 5,000, and
 // every watcher woken by every change cost 2.3 ms with 2,000).
+//
+// LISTPROXY_BENCH_WATCHERS runs it at that number of watchers alone, e.g.
+// 100000 (`make bench-scale`).
 func BenchmarkFanOutNodeScoped(b *testing.B) {
-	for _, watchers := range []int{100, 1000, 2000, 5000} {
+	counts := []int{100, 1000, 2000, 5000}
+	if v := os.Getenv("LISTPROXY_BENCH_WATCHERS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			b.Fatalf("LISTPROXY_BENCH_WATCHERS=%q: want a positive integer", v)
+		}
+		counts = []int{n}
+	}
+	for _, watchers := range counts {
 		b.Run(fmt.Sprintf("watchers=%d", watchers), func(b *testing.B) {
 			benchmarkFanOutNodeScoped(b, watchers)
 		})
@@ -180,6 +226,8 @@ func benchmarkFanOutNodeScoped(b *testing.B, watchers int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	counter := &sharedCounter{}
+	started := counter.expectStarted(int64(watchers))
+	before := memoryInUse()
 	for i := range watchers {
 		node := fmt.Sprintf("node-%d", i)
 		target := Target{
@@ -194,6 +242,8 @@ func benchmarkFanOutNodeScoped(b *testing.B, watchers int) {
 			srv.Serve(&counterWriter{header: http.Header{}, c: counter}, r, d, target)
 		}()
 	}
+	<-started
+	perWatcher := float64(memoryInUse()-before) / float64(watchers)
 	entries := make([]*snapshot.Entry, b.N)
 	for i := range entries {
 		entries[i] = item(i%watchers, uint64(i+2))
@@ -215,6 +265,7 @@ func benchmarkFanOutNodeScoped(b *testing.B, watchers int) {
 	b.StopTimer()
 	// Wall time includes waiting for each batch; CPU is the cost.
 	b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(perWatcher, "idle-bytes/watcher")
 	cancel()
 	wg.Wait()
 }
