@@ -60,8 +60,8 @@ test-build-listproxy: control-plane
 test-build-helm:
 	$(STAGE) build:helm hack/install-tools.sh helm
 
-# The stages after deps, longest first (as measured alone), so that the
-# last to start are short ones.
+# The stages after the builds, longest first (as measured alone), so that
+# the last to start are short ones.
 TEST_PARTS = e2e-controlplane e2e-rest e2e-reads compat-clients e2e-replicas e2e-noetcd compat-reads \
 	e2e-watch test-unit-only e2e-table e2e-others compat-table compat-watch $(TABLE_ORACLES)
 

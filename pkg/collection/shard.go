@@ -20,8 +20,7 @@ import (
 // ReasonShardSelector is the pass-through reason of a shard selector on a
 // resource of an aggregated API, whose server answers it as it knows (the
 // kube-apiserver only proxies it); the servers also pass shard selectors
-// through with it when
-// serving them is off.
+// through with it when serving them is off.
 const ReasonShardSelector = "shard_selector"
 
 // parseShard parses the shardSelector parameter into r: "" is none, as the
