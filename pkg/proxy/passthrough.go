@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
@@ -82,12 +83,23 @@ func newPassthrough(upstream *rest.Config, delegated bool) (*passthrough, error)
 		// Flush every write: watch events must reach the client as they
 		// arrive. Large responses still stream through a fixed buffer.
 		FlushInterval:  -1,
+		BufferPool:     copyBuffers{},
 		ModifyResponse: p.modifyResponse,
 		ErrorHandler:   p.handleError,
 		ErrorLog:       klog.NewStandardLogger("WARNING"),
 	}
 	return p, nil
 }
+
+// copyBuffers lends the buffers responses are copied through, so that a
+// pass-through request leaves no 32 KiB of garbage behind.
+type copyBuffers struct{}
+
+var copyBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (copyBuffers) Get() []byte { return *copyBufferPool.Get().(*[]byte) }
+
+func (copyBuffers) Put(b []byte) { copyBufferPool.Put(&b) }
 
 // newUpgradeAwareTransport returns the transport of config upstream for
 // pass-through.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -281,8 +282,9 @@ type FieldPath struct {
 //
 // JSON and MetaJSON are read from the bytes. Protobuf is decoded with
 // client-go's scheme into the typed object for gvk only to read values
-// (never to produce output) and read through
-// runtime.DefaultUnstructuredConverter; an unregistered gvk is
+// (never to produce output) and read as
+// runtime.DefaultUnstructuredConverter renders it (typedField); an
+// unregistered gvk is
 // ErrUnsupported. MetaProtobuf is decoded as PartialObjectMetadata.
 func ExtractFields(f Format, gvk schema.GroupVersionKind, raw []byte, paths []FieldPath) (map[string]string, error) {
 	out := make(map[string]string, len(paths))
@@ -386,11 +388,23 @@ func protoFields(f Format, gvk schema.GroupVersionKind, raw []byte, paths []Fiel
 	if err := obj.Unmarshal(raw); err != nil {
 		return malformed("protobuf %v: %v", gvk, err)
 	}
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return fmt.Errorf("convert %v: %w", gvk, err)
-	}
+	// Paths with a plan are read from the typed object; the rest from its
+	// conversion to unstructured, made once if any path needs it.
+	typed := reflect.ValueOf(obj)
+	var m map[string]any
 	for _, p := range paths {
+		if plan := typedFieldOf(typed.Type().Elem(), p.Path); plan != nil {
+			if v, found := plan.read(typed); found {
+				out[p.Path] = v
+			}
+			continue
+		}
+		if m == nil {
+			var err error
+			if m, err = runtime.DefaultUnstructuredConverter.ToUnstructured(obj); err != nil {
+				return fmt.Errorf("convert %v: %w", gvk, err)
+			}
+		}
 		v, found, err := unstructured.NestedFieldNoCopy(m, strings.Split(p.Path, ".")...)
 		if err != nil || !found || v == nil {
 			continue
