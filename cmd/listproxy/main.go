@@ -20,17 +20,9 @@ import (
 	"github.com/listproxy/listproxy/cmd/listproxy/app"
 )
 
-// defaultGCPercent is listproxy's GOGC unless the GOGC environment variable
-// sets one. Most of its heap is pointer-free object bytes that the collector
-// never scans, so collecting more often is cheap, while Go's default of 100
-// lets the heap grow to twice the cached objects. Measured with make bench
-// at 30,000 pods (memory scenario, compact entries): idle RSS 1.66× the
-// cached object bytes with GOGC=25, 1.53× with GOGC=10; docs/performance.md.
-const defaultGCPercent = 10
-
 func main() {
 	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(defaultGCPercent)
+		tuneGC() // gc.go
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
