@@ -11,10 +11,21 @@ import (
 // cache answers: a LIST with a limit and no selector is read from etcd
 // (passed through, continue tokens handed over), every other one gets 429
 // (stores.Handle.NotReady).
+//
+// The wait is for a list of the whole resource, which a storm of informers
+// shares. A namespace's first page does not wait for it: it passes through
+// at once (ReasonStoreSyncing), and costs the apiserver that namespace,
+// what it costs without listproxy; the store syncs meanwhile for the reads
+// after it. A namespace controller deleting a namespace lists each of some
+// forty resources in it, most of them never read through listproxy before.
 
 // ReasonStoreNotReady is the reason of a 429 for a read whose store did not
 // sync within the registry's ColdStoreWait.
 const ReasonStoreNotReady Reason = "store_not_ready"
+
+// ReasonStoreSyncing is the reason a namespace's first page passed through
+// without waiting for its store's first list.
+const ReasonStoreSyncing Reason = "store_syncing"
 
 // Reasons a read passes through because its store is not running and was
 // not started for it.
@@ -25,10 +36,11 @@ const (
 
 // readyStore returns a handle on the request's store, starting the store on
 // first demand if admitted, and whether it has synced, having waited for
-// its first list (ctx permitting). Without a handle it returns why: the
-// store was refused, or ReasonNotSynced before the registry runs. A peer's
-// list neither starts a store nor waits: it is served from a synced one or
-// declined.
+// its first list (ctx permitting) unless the request is a namespace's first
+// page. When it is not ready it returns why it passes through instead: the
+// store was refused, ReasonNotSynced before the registry runs, or
+// ReasonStoreSyncing. A peer's list neither starts a store nor waits: it is
+// served from a synced one or declined.
 func (l *Lists) readyStore(ctx context.Context, req listRequest) (*stores.Handle, Reason, bool) {
 	if req.peer {
 		h, _, ok := l.stores.Acquire(ctx, req.Resource, req.Format, true)
@@ -38,11 +50,14 @@ func (l *Lists) readyStore(ctx context.Context, req listRequest) (*stores.Handle
 	if !ok {
 		return nil, Reason(reason), false
 	}
+	if !h.Store().Synced() && req.Namespace != "" && req.query.continueToken == "" {
+		return h, ReasonStoreSyncing, false
+	}
 	return h, "", h.AwaitSynced(ctx)
 }
 
 // notReady answers a LIST whose store did not sync in time (see above), or
-// was not started for it (refused, from readyStore).
+// that passes through without waiting (refused, from readyStore).
 func (l *Lists) notReady(req listRequest, h *stores.Handle, refused Reason) verdict {
 	if refused != "" {
 		return pass(refused)

@@ -93,6 +93,34 @@ func TestColdStoreAfterWait(t *testing.T) {
 	}
 }
 
+// A namespace's first page does not wait for its store's first list, a
+// list of the whole resource: it passes through at once, whatever its
+// resourceVersion, and the store goes on syncing for the reads after it.
+// Cluster-wide LISTs still wait (TestColdStoreAfterWait).
+func TestColdStoreNamespacedListPassesThrough(t *testing.T) {
+	l, _ := coldTestLists(t, time.Hour)
+	for _, q := range []url.Values{
+		{},
+		{"resourceVersion": {"0"}},
+		{"resourceVersion": {"5"}, "resourceVersionMatch": {"NotOlderThan"}},
+		{"limit": {"500"}, "labelSelector": {"app=x"}},
+	} {
+		passed := make(chan bool, 1)
+		go func() {
+			served, _, _ := serveTest(l, "/api/v1/namespaces/a/pods", q, nil)
+			passed <- !served
+		}()
+		select {
+		case ok := <-passed:
+			if !ok {
+				t.Errorf("%v: answered by listproxy, want passed through", q)
+			}
+		case <-time.After(10 * time.Second): // the store's wait is an hour
+			t.Fatalf("%v: still waiting for the store's first list", q)
+		}
+	}
+}
+
 // A request whose client goes away stops waiting at once.
 func TestColdStoreWaitEndsWithContext(t *testing.T) {
 	l, _ := coldTestLists(t, time.Hour)
