@@ -57,10 +57,11 @@ func (l *Lists) readyStore(ctx context.Context, req listRequest) (*stores.Handle
 }
 
 // notReady answers a LIST whose store did not sync in time (see above), or
-// that passes through without waiting (refused, from readyStore).
-func (l *Lists) notReady(req listRequest, h *stores.Handle, refused Reason) verdict {
-	if refused != "" {
-		return pass(refused)
+// that passes through without waiting (passReason, from readyStore: its
+// store refused, or a namespace's page of a store still syncing).
+func (l *Lists) notReady(req listRequest, h *stores.Handle, passReason Reason) verdict {
+	if passReason != "" {
+		return pass(passReason)
 	}
 	// The watch cache delegates a limited list without label and field
 	// selectors to etcd, a shard selector or not

@@ -203,9 +203,9 @@ func (l *Lists) acquireStore(ctx context.Context, req listRequest, action paging
 	if action == paging.ServeConsistent && !l.stores.ProvesConsistentReads() {
 		return nil, pass(ReasonNoProof), false
 	}
-	h, refused, ready := l.readyStore(ctx, req)
+	h, passReason, ready := l.readyStore(ctx, req)
 	if !ready {
-		return h, l.notReady(req, h, refused), false
+		return h, l.notReady(req, h, passReason), false
 	}
 	return h, verdict{}, true
 }
